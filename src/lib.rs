@@ -1,0 +1,20 @@
+//! strawberry-spoke turns a small board with a microphone and a speaker into a voice
+//! assistant: the "spoke" of a hub-and-spoke assistant.
+//!
+//! The model that answers runs on the hub; what it decides to do reaches this device as
+//! Rhai code, which runs in a wasmtime [`sandbox`] whose only way out is the [`device`]
+//! API. That API reaches the [`skills`]: trusted `.rhai` files a hobbyist drops into a
+//! folder, run on the host with real capabilities.
+//!
+//! Modules, one concern each:
+//! - [`config`]: the TOML file, environment overrides, defaults.
+//! - [`skills`]: loading skill files, their documented signatures, search, calls.
+//! - [`sandbox`]: the wasmtime instance that runs model-written code.
+//! - [`device`]: the `device` object model code sees, wired to the skill registry.
+//! - [`cli`]: the command line.
+
+pub mod cli;
+pub mod config;
+pub mod device;
+pub mod sandbox;
+pub mod skills;

@@ -1,0 +1,4 @@
+//! Per-skill persistent key/value storage.
+
+/// One skill's key/value store.
+pub struct Store;
