@@ -1,0 +1,335 @@
+//! `command(program, args[, options])`: run a program without a shell.
+//!
+//! No shell, so arguments from the model cannot inject anything. The child gets its own
+//! process group, so a timeout kills whatever it started too (no orphans), and it is
+//! always waited for (no zombies). Its output is read on threads while it runs (a chatty
+//! child never blocks on a full pipe) and capped at [`OUTPUT_MAX_BYTES`] per stream.
+
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rhai::{Array, Engine, Map};
+
+use super::{HostResult, SkillContext, check_options, human, timeout_option};
+use crate::skills::deadline;
+
+/// Most bytes kept of a command's stdout, and separately of its stderr; the rest is
+/// read and dropped so the child never blocks.
+pub const OUTPUT_MAX_BYTES: usize = 1024 * 1024;
+
+/// How long to wait for the output pipes to close once the child has exited: a
+/// grandchild that escaped the process group may keep them open.
+const PIPE_GRACE: Duration = Duration::from_millis(200);
+
+/// Where to find a program when `PATH` is unset (what most shells assume).
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Debian packages of commands skills commonly run, for the "not found" message.
+const PACKAGES: &[(&str, &str)] = &[
+    ("amixer", "alsa-utils"),
+    ("aplay", "alsa-utils"),
+    ("arecord", "alsa-utils"),
+    ("curl", "curl"),
+    ("espeak-ng", "espeak-ng"),
+    ("iwgetid", "wireless-tools"),
+    ("mpc", "mpc"),
+    ("nmcli", "network-manager"),
+    ("playerctl", "playerctl"),
+    ("vcgencmd", "libraspberrypi-bin"),
+];
+
+pub(super) fn register(engine: &mut Engine, ctx: &Arc<SkillContext>) {
+    let default_timeout = ctx.settings.command_timeout;
+    engine.register_fn(
+        "command",
+        move |program: &str, args: Array| -> HostResult<Map> {
+            command(program, &args, &Map::new(), default_timeout)
+        },
+    );
+    engine.register_fn(
+        "command",
+        move |program: &str, args: Array, opts: Map| -> HostResult<Map> {
+            command(program, &args, &opts, default_timeout)
+        },
+    );
+}
+
+fn command(program: &str, args: &Array, opts: &Map, default: Duration) -> HostResult<Map> {
+    check_options("command", opts, &["timeout_ms", "stdin"])?;
+    let wanted = timeout_option("command", opts)?.unwrap_or(default);
+    let stdin = match opts.get("stdin") {
+        None => None,
+        Some(v) if v.is_string() => Some(v.to_string()),
+        Some(v) => {
+            return Err(format!("command: option stdin must be a string, got {v}").into());
+        }
+    };
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| match a.clone().into_immutable_string() {
+            Ok(s) => s.to_string(),
+            // Numbers and booleans are obvious enough to pass as their text.
+            Err(_) => a.to_string(),
+        })
+        .collect();
+    let timeout = deadline::bounded(wanted);
+    let out = run(program, &args, stdin, timeout, timeout < wanted)?;
+    let mut m = Map::new();
+    m.insert("code".into(), i64::from(out.code).into());
+    m.insert("stdout".into(), out.stdout.into());
+    m.insert("stderr".into(), out.stderr.into());
+    m.insert("truncated".into(), out.truncated.into());
+    Ok(m)
+}
+
+/// What a finished command produced.
+#[derive(Debug)]
+pub(super) struct Output {
+    /// Exit code; `128 + n` when killed by signal `n`, as shells report it.
+    pub code: i32,
+    /// Standard output, lossily decoded as UTF-8.
+    pub stdout: String,
+    /// Standard error, lossily decoded as UTF-8.
+    pub stderr: String,
+    /// Whether either stream was cut at [`OUTPUT_MAX_BYTES`].
+    pub truncated: bool,
+}
+
+/// Why a command did not produce an [`Output`].
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CommandError {
+    /// The program is not on `PATH`.
+    #[error("command `{program}` not found on PATH{hint}")]
+    NotFound {
+        /// The program asked for.
+        program: String,
+        /// `; install it (Debian: apt install x)` when the package is known.
+        hint: String,
+    },
+    /// The program exists but could not be started.
+    #[error("command `{program}` could not be started: {source}")]
+    Spawn {
+        /// The program asked for.
+        program: String,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// Waiting for the program failed.
+    #[error("command `{program}`: waiting for it failed: {source}")]
+    Wait {
+        /// The program asked for.
+        program: String,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// The program ran too long and was killed.
+    #[error("command `{program}` timed out after {} and was killed{}", human(*.after),
+        if *.by_call { " (the time left in this skill call; settings.call_timeout)" }
+        else { " (raise it with #{timeout_ms: ...} or settings.command_timeout)" })]
+    TimedOut {
+        /// The program asked for.
+        program: String,
+        /// The timeout that expired.
+        after: Duration,
+        /// Whether the skill call's deadline, not the command's own timeout, was the bound.
+        by_call: bool,
+    },
+}
+
+impl From<CommandError> for Box<rhai::EvalAltResult> {
+    fn from(e: CommandError) -> Self {
+        e.to_string().into()
+    }
+}
+
+/// Finds `program` like a shell would: a name containing `/` is a path, anything else
+/// is searched for as an executable file in `PATH`.
+fn resolve(program: &str) -> Result<PathBuf, CommandError> {
+    let executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let found = if program.contains('/') {
+        let p = PathBuf::from(program);
+        executable(&p).then_some(p)
+    } else if program.is_empty() {
+        None
+    } else {
+        let path = std::env::var_os("PATH").unwrap_or_else(|| OsString::from(DEFAULT_PATH));
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(program))
+            .find(|p| executable(p))
+    };
+    found.ok_or_else(|| CommandError::NotFound {
+        program: program.to_string(),
+        hint: PACKAGES
+            .iter()
+            .find(|(name, _)| {
+                Some(*name) == Path::new(program).file_name().and_then(|n| n.to_str())
+            })
+            .map(|(_, pkg)| format!("; install it (Debian: apt install {pkg})"))
+            .unwrap_or_default(),
+    })
+}
+
+/// Runs `program` with `args`, feeding it `stdin`, for at most `timeout`.
+pub(super) fn run(
+    program: &str,
+    args: &[String],
+    stdin: Option<String>,
+    timeout: Duration,
+    by_call: bool,
+) -> Result<Output, CommandError> {
+    let path = resolve(program)?;
+    let timed_out = || CommandError::TimedOut {
+        program: program.to_string(),
+        after: timeout,
+        by_call,
+    };
+    if timeout.is_zero() {
+        return Err(timed_out());
+    }
+    let mut child = Command::new(&path)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|source| CommandError::Spawn {
+            program: program.to_string(),
+            source,
+        })?;
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        // On a thread: a child that writes before it reads would otherwise deadlock us.
+        // A child that exits without reading everything gives a broken pipe, which is fine.
+        thread::spawn(move || {
+            let _ = pipe.write_all(text.as_bytes());
+        });
+    }
+    let (done_tx, done_rx) = mpsc::channel();
+    let stdout = capture(child.stdout.take(), done_tx.clone());
+    let stderr = capture(child.stderr.take(), done_tx);
+
+    let status = match wait_until(&mut child, Instant::now() + timeout) {
+        Ok(Some(status)) => status,
+        Ok(None) => {
+            kill_group(&mut child);
+            return Err(timed_out());
+        }
+        Err(source) => {
+            kill_group(&mut child);
+            return Err(CommandError::Wait {
+                program: program.to_string(),
+                source,
+            });
+        }
+    };
+    let pipes_closed_by = Instant::now() + PIPE_GRACE;
+    for _ in 0..2 {
+        let left = pipes_closed_by.saturating_duration_since(Instant::now());
+        if done_rx.recv_timeout(left).is_err() {
+            break;
+        }
+    }
+    let (stdout, cut_out) = take(&stdout);
+    let (stderr, cut_err) = take(&stderr);
+    Ok(Output {
+        code: exit_code(status),
+        stdout,
+        stderr,
+        truncated: cut_out || cut_err,
+    })
+}
+
+#[derive(Default)]
+struct Captured {
+    bytes: Vec<u8>,
+    truncated: bool,
+}
+
+/// Reads a pipe to its end on a thread, keeping the first [`OUTPUT_MAX_BYTES`].
+fn capture<P: Read + Send + 'static>(
+    pipe: Option<P>,
+    done: mpsc::Sender<()>,
+) -> Arc<Mutex<Captured>> {
+    let captured = Arc::new(Mutex::new(Captured::default()));
+    let Some(mut pipe) = pipe else {
+        let _ = done.send(());
+        return captured;
+    };
+    let sink = captured.clone();
+    thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        loop {
+            match pipe.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let mut c = sink.lock().unwrap_or_else(|e| e.into_inner());
+                    let room = OUTPUT_MAX_BYTES.saturating_sub(c.bytes.len());
+                    c.bytes.extend_from_slice(&buf[..n.min(room)]);
+                    c.truncated |= n > room;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let _ = done.send(());
+    });
+    captured
+}
+
+fn take(c: &Mutex<Captured>) -> (String, bool) {
+    let c = c.lock().unwrap_or_else(|e| e.into_inner());
+    (String::from_utf8_lossy(&c.bytes).into_owned(), c.truncated)
+}
+
+/// Polls the child until it exits or `until` passes; `Ok(None)` means still running.
+fn wait_until(child: &mut Child, until: Instant) -> io::Result<Option<ExitStatus>> {
+    // Short first naps keep fast commands fast; later ones keep the polling cheap.
+    let mut nap = Duration::from_millis(1);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        thread::sleep(nap.min(left));
+        nap = (nap * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// Kills the child's whole process group, then reaps the child.
+fn kill_group(child: &mut Child) {
+    if let Ok(pgid) = i32::try_from(child.id()) {
+        // SAFETY: kill(2) has no memory effects; the child is not reaped yet, so its
+        // pid (== its process group id, from `process_group(0)`) cannot have been reused.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(-1)
+}
