@@ -230,7 +230,10 @@ fn time_parts(ts: Timestamp, tz: &str) -> HostResult<Map> {
     );
     let tz_name = zoned.time_zone().iana_name().unwrap_or("local").to_string();
     m.insert("tz".into(), tz_name.into());
-    m.insert("offset".into(), offset.to_string().into());
+    let secs = offset.seconds();
+    let sign = if secs < 0 { '-' } else { '+' };
+    let (h, min) = (secs.abs() / 3600, secs.abs() % 3600 / 60);
+    m.insert("offset".into(), format!("{sign}{h:02}:{min:02}").into());
     m.insert("offset_seconds".into(), i64::from(offset.seconds()).into());
     m.insert("unix".into(), zoned.timestamp().as_second().into());
     Ok(m)

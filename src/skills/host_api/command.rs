@@ -198,6 +198,8 @@ pub(super) fn run(
         return Err(timed_out());
     }
     let mut child = Command::new(&path)
+        // argv[0] as the user wrote it, so the program's own messages say `df:`, not `/usr/bin/df:`.
+        .arg0(program)
         .args(args)
         .stdin(if stdin.is_some() {
             Stdio::piped()

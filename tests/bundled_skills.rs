@@ -1,0 +1,362 @@
+//! The bundled skills, run for real: real Rhai, the real host API, real /proc, real `df`
+//! and `amixer` (or its absence), storage in a temporary data directory.
+
+mod support;
+
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use support::{Skill, field, strings};
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temporary directory")
+}
+
+/// jiff's answer for `zone` at two instants bracketing a call, so a minute or day
+/// boundary during the call cannot make the test flaky.
+fn bracket(zone: &str, f: impl Fn(&jiff::Zoned) -> String) -> [String; 2] {
+    let tz = TimeZone::get(zone).unwrap();
+    [
+        f(&Timestamp::now().to_zoned(tz.clone())),
+        f(&Timestamp::now().to_zoned(tz)),
+    ]
+}
+
+#[test]
+fn clock_now_in_another_zone_matches_jiff() {
+    let dir = tmp();
+    let clock = Skill::load("clock.rhai", dir.path());
+    for zone in ["Asia/Tokyo", "America/New_York", "Asia/Kolkata", "UTC"] {
+        let before = Timestamp::now().to_zoned(TimeZone::get(zone).unwrap());
+        let t = clock.ok("now", (zone.to_string(),));
+        let after = Timestamp::now().to_zoned(TimeZone::get(zone).unwrap());
+        let ok = |expected: [String; 2], got: String| {
+            assert!(expected.contains(&got), "{zone}: {got} not in {expected:?}");
+        };
+        let fmt = |z: &jiff::Zoned, f: &str| z.strftime(f).to_string();
+        ok(
+            [fmt(&before, "%H:%M"), fmt(&after, "%H:%M")],
+            field(&t, "time"),
+        );
+        ok(
+            [fmt(&before, "%A %-d %B %Y"), fmt(&after, "%A %-d %B %Y")],
+            field(&t, "date"),
+        );
+        ok(
+            [fmt(&before, "%A"), fmt(&after, "%A")],
+            field(&t, "weekday"),
+        );
+        assert_eq!(field::<String>(&t, "zone"), zone);
+        assert_eq!(field::<String>(&t, "utc_offset"), fmt(&before, "%:z"));
+        assert_eq!(field::<i64>(&t, "year"), i64::from(before.year()));
+    }
+    let tokyo = clock.ok("now", ("Asia/Tokyo".to_string(),));
+    assert_eq!(field::<String>(&tokyo, "utc_offset"), "+09:00");
+}
+
+#[test]
+fn clock_local_zone_is_the_system_zone() {
+    let dir = tmp();
+    let clock = Skill::load("clock.rhai", dir.path());
+    let system = TimeZone::system();
+    let t = clock.ok("now", (String::new(),));
+    assert_eq!(
+        field::<String>(&t, "zone"),
+        system.iana_name().unwrap_or("local")
+    );
+    let day = clock.ok("day_of_week", (String::new(),)).to_string();
+    let expected = bracket(system.iana_name().unwrap_or("UTC"), |z| {
+        z.strftime("%A").to_string()
+    });
+    assert!(expected.contains(&day), "{day} not in {expected:?}");
+}
+
+#[test]
+fn clock_unknown_zone_names_it_and_the_fix() {
+    let dir = tmp();
+    let clock = Skill::load("clock.rhai", dir.path());
+    let err = clock.call("now", ("Europe/Pari".to_string(),)).unwrap_err();
+    assert!(
+        err.contains("unknown time zone `Europe/Pari`; use an IANA name such as Europe/Paris"),
+        "{err}"
+    );
+}
+
+#[test]
+fn clock_hours_ahead() {
+    let dir = tmp();
+    let clock = Skill::load("clock.rhai", dir.path());
+    let h = clock.ok(
+        "hours_ahead",
+        ("Asia/Kolkata".to_string(), "UTC".to_string()),
+    );
+    assert_eq!(h.as_float().unwrap(), 5.5);
+    let h = clock.ok("hours_ahead", ("UTC".to_string(), "Asia/Tokyo".to_string()));
+    assert_eq!(h.as_float().unwrap(), -9.0);
+}
+
+#[test]
+fn clock_until_a_time_today_and_tomorrow() {
+    let dir = tmp();
+    let clock = Skill::load("clock.rhai", dir.path());
+    let utc = TimeZone::UTC;
+    let now = Timestamp::now().to_zoned(utc.clone());
+    let later = now
+        .checked_add(jiff::SignedDuration::from_mins(90))
+        .unwrap()
+        .strftime("%H:%M")
+        .to_string();
+    let u = clock.ok("time_until", (later.clone(), "UTC".to_string()));
+    // 90 minutes, or 89 if the minute turned between reading the clock here and there.
+    let minutes: i64 = field(&u, "minutes");
+    assert!((89..=90).contains(&minutes), "{later}: {u}");
+    if minutes == 90 {
+        assert_eq!(field::<String>(&u, "spoken"), "1 hour and 30 minutes");
+        assert_eq!(field::<i64>(&u, "hours"), 1);
+        assert_eq!(field::<i64>(&u, "rest_minutes"), 30);
+    }
+    // Crossing midnight is only "tomorrow" when the target is earlier in the day.
+    let crosses_midnight = later < now.strftime("%H:%M").to_string();
+    assert_eq!(field::<bool>(&u, "tomorrow"), crosses_midnight);
+
+    let earlier = now
+        .checked_sub(jiff::SignedDuration::from_mins(30))
+        .unwrap()
+        .strftime("%H:%M")
+        .to_string();
+    let u = clock.ok("time_until", (earlier, "UTC".to_string()));
+    let minutes: i64 = field(&u, "minutes");
+    assert!((24 * 60 - 31..=24 * 60 - 30).contains(&minutes), "{u}");
+}
+
+#[test]
+fn clock_until_rejects_bad_times() {
+    let dir = tmp();
+    let clock = Skill::load("clock.rhai", dir.path());
+    for (bad, expected) in [
+        ("7pm", "expected a clock time as \"HH:MM\""),
+        ("aa:bb", "expected a clock time as \"HH:MM\""),
+        ("25:00", "\"25:00\" is not a clock time: hours go 0-23"),
+    ] {
+        let err = clock
+            .call("time_until", (bad.to_string(), "UTC".to_string()))
+            .unwrap_err();
+        assert!(err.contains(expected), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn notes_add_read_remove_clear() {
+    let dir = tmp();
+    let notes = Skill::load("notes.rhai", dir.path());
+    let add = |item: &str, list: &str| {
+        notes
+            .ok("add", (item.to_string(), list.to_string()))
+            .as_int()
+            .unwrap()
+    };
+    assert_eq!(add("milk", "shopping"), 1);
+    assert_eq!(add("  eggs ", "Shopping"), 2);
+    assert_eq!(add("oat milk", " SHOPPING"), 3);
+    assert_eq!(add("call the plumber", "notes"), 1);
+    let read = |list: &str| strings(&notes.ok("read", (list.to_string(),)));
+    assert_eq!(read("shopping"), ["milk", "eggs", "oat milk"]);
+    assert_eq!(read("unknown"), Vec::<String>::new());
+
+    // An exact match wins over a partial one.
+    let removed = notes.ok("remove", ("MILK".to_string(), "shopping".to_string()));
+    assert_eq!(removed.to_string(), "milk");
+    // Then "milk" only matches "oat milk".
+    let removed = notes.ok("remove", ("milk".to_string(), "shopping".to_string()));
+    assert_eq!(removed.to_string(), "oat milk");
+    let err = notes
+        .call("remove", ("bread".to_string(), "shopping".to_string()))
+        .unwrap_err();
+    assert!(
+        err.contains("no item \"bread\" on the shopping list; it has: eggs"),
+        "{err}"
+    );
+    assert!(
+        notes
+            .call("add", ("   ".to_string(), "shopping".to_string()))
+            .unwrap_err()
+            .contains("cannot add an empty item")
+    );
+
+    let lists = notes.ok("lists", ());
+    let lists = lists.into_array().unwrap();
+    assert_eq!(lists.len(), 2);
+    assert_eq!(field::<String>(&lists[0], "name"), "notes");
+    assert_eq!(field::<i64>(&lists[1], "count"), 1);
+
+    assert_eq!(
+        notes
+            .ok("clear", ("shopping".to_string(),))
+            .as_int()
+            .unwrap(),
+        1
+    );
+    assert_eq!(read("shopping"), Vec::<String>::new());
+    assert_eq!(notes.ok("lists", ()).into_array().unwrap().len(), 1);
+}
+
+#[test]
+fn notes_ambiguous_removal_asks_which() {
+    let dir = tmp();
+    let notes = Skill::load("notes.rhai", dir.path());
+    for item in ["oat milk", "soy milk"] {
+        notes
+            .ok("add", (item.to_string(), "shopping".to_string()))
+            .as_int()
+            .unwrap();
+    }
+    let err = notes
+        .call("remove", ("milk".to_string(), "shopping".to_string()))
+        .unwrap_err();
+    assert!(
+        err.contains("\"milk\" matches several items on the shopping list: oat milk, soy milk"),
+        "{err}"
+    );
+}
+
+#[test]
+fn notes_persist_across_restarts() {
+    let dir = tmp();
+    {
+        let notes = Skill::load("notes.rhai", dir.path());
+        let n = notes.ok(
+            "add",
+            ("pack the charger".to_string(), "travel".to_string()),
+        );
+        assert_eq!(n.as_int(), Ok(1));
+    }
+    let notes = Skill::load("notes.rhai", dir.path());
+    assert_eq!(
+        strings(&notes.ok("read", ("travel".to_string(),))),
+        ["pack the charger"]
+    );
+    let file = dir.path().join("skills/NotesSkill.json");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(json["list:travel"], serde_json::json!(["pack the charger"]));
+}
+
+#[test]
+fn system_values_are_plausible() {
+    let dir = tmp();
+    let system = Skill::load("system.rhai", dir.path());
+    let expected = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(system.ok("hostname", ()).to_string(), expected.trim());
+
+    let up = system.ok("uptime", ());
+    let real: f64 = std::fs::read_to_string("/proc/uptime")
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let seconds: i64 = field(&up, "seconds");
+    assert!(seconds > 0 && (seconds as f64) <= real + 1.0, "{up}");
+    assert_eq!(
+        field::<i64>(&up, "days") * 86400
+            + field::<i64>(&up, "hours") * 3600
+            + field::<i64>(&up, "minutes") * 60,
+        seconds / 60 * 60
+    );
+    assert!(!field::<String>(&up, "spoken").is_empty());
+
+    let load = system.ok("load", ());
+    assert!(field::<f64>(&load, "one") >= 0.0);
+    assert!(field::<i64>(&load, "cpus") >= 1);
+
+    let mem = system.ok("memory", ());
+    let total: i64 = field(&mem, "total_mb");
+    let available: i64 = field(&mem, "available_mb");
+    assert!(total > 0 && available > 0 && available <= total, "{mem}");
+    assert!((0..=100).contains(&field::<i64>(&mem, "percent_used")));
+
+    let disk = system.ok("disk", ("/".to_string(),));
+    let total: i64 = field(&disk, "total_mb");
+    assert!(total > 0, "{disk}");
+    assert!(field::<i64>(&disk, "used_mb") + field::<i64>(&disk, "free_mb") <= total);
+    assert_eq!(field::<String>(&disk, "mount"), "/");
+    assert!((0..=100).contains(&field::<i64>(&disk, "percent_used")));
+
+    let err = system
+        .call("disk", ("/no/such/path".to_string(),))
+        .unwrap_err();
+    assert!(
+        err.contains("cannot get disk usage of /no/such/path: df:"),
+        "{err}"
+    );
+
+    let summary = system.ok("summary", ()).to_string();
+    assert!(
+        summary.starts_with(&format!("{} has been up for", expected.trim())),
+        "{summary}"
+    );
+}
+
+#[test]
+fn system_cpu_temperature_or_a_clear_message() {
+    let dir = tmp();
+    let system = Skill::load("system.rhai", dir.path());
+    let has_zone = std::fs::read_dir("/sys/class/thermal").is_ok_and(|d| {
+        d.flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("thermal_zone"))
+    });
+    match system.call("cpu_temperature", ()) {
+        Ok(t) => {
+            assert!(has_zone, "a temperature without a sensor: {t}");
+            let t = t.as_float().unwrap();
+            assert!((-40.0..130.0).contains(&t), "{t}");
+        }
+        Err(e) => {
+            assert!(!has_zone, "a sensor exists but: {e}");
+            assert!(
+                e.contains("no CPU temperature sensor on this machine: /sys/class/thermal has no thermal zones"),
+                "{e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn volume_without_a_sound_card_says_so() {
+    let dir = tmp();
+    let volume = Skill::load("volume.rhai", dir.path());
+    let err = volume.call("get", ("Master".to_string(),)).unwrap_err();
+    let amixer_installed = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .any(|d| d.join("amixer").is_file());
+    if amixer_installed {
+        assert!(
+            err.contains("no sound card mixer found: amixer: Mixer attach default error"),
+            "{err}"
+        );
+    } else {
+        assert!(
+            err.contains(
+                "command `amixer` not found on PATH; install it (Debian: apt install alsa-utils)"
+            ),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn every_bundled_skill_compiles() {
+    let dir = tmp();
+    let mut files: Vec<_> = std::fs::read_dir(support::skills_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".rhai"))
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        ["clock.rhai", "notes.rhai", "system.rhai", "volume.rhai"]
+    );
+    for f in files {
+        Skill::load(&f, dir.path());
+    }
+}
