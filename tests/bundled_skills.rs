@@ -360,3 +360,40 @@ fn every_bundled_skill_compiles() {
         Skill::load(&f, dir.path());
     }
 }
+
+#[test]
+fn the_readme_example_skill_compiles_with_the_host_api() {
+    let readme = std::fs::read_to_string(support::skills_dir().join("README.md")).unwrap();
+    let start = readme
+        .find("A complete file")
+        .expect("README has the worked example");
+    let code = readme[start..]
+        .split("```rhai\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("the example is a rhai block");
+    assert!(code.contains("@class KettleSkill"));
+    let dir = tmp();
+    let (engine, _) = support::engine("KettleSkill", support::settings(dir.path()));
+    let ast = engine
+        .compile(code)
+        .unwrap_or_else(|e| panic!("README example: {e}"));
+    let mut names: Vec<_> = ast.iter_functions().map(|f| f.name.to_string()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["_plug", "keep_warm", "status", "switch_off", "switch_on"]
+    );
+    // Its own range check runs before any network access.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let err = strawberry_spoke::skills::deadline::with_deadline(until, || {
+        engine
+            .call_fn::<rhai::Dynamic>(&mut rhai::Scope::new(), &ast, "keep_warm", (99_i64, true))
+            .unwrap_err()
+            .to_string()
+    });
+    assert!(
+        err.contains("keep_warm takes 1 to 30 minutes, got 99"),
+        "{err}"
+    );
+}

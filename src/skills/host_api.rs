@@ -85,7 +85,7 @@ pub fn register(engine: &mut Engine, ctx: Arc<SkillContext>) {
 /// Renders a duration the way error messages speak: `5 s`, `1.5 s`, `200 ms`.
 fn human(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms >= 1000 && ms % 100 == 0 {
+    if ms >= 1000 && ms.is_multiple_of(100) {
         format!("{} s", d.as_secs_f64())
     } else {
         format!("{ms} ms")
