@@ -37,10 +37,6 @@ pub fn engine(class: &str, settings: HostSettings) -> (Engine, Arc<SkillContext>
         store,
     });
     let mut engine = Engine::new();
-    // Rhai's debug-build defaults (32, 16) reject ordinary nesting such as an `if`
-    // inside a `for` inside a function; these are its release defaults, which the
-    // registry should set explicitly so both builds accept the same files.
-    engine.set_max_expr_depths(64, 32);
     host_api::register(&mut engine, ctx.clone());
     (engine, ctx)
 }
