@@ -541,7 +541,7 @@ fn parse_default(literal: &str) -> Result<serde_json::Value, String> {
     engine.set_max_operations(1_000);
     let value: Dynamic = engine
         .eval_expression(literal)
-        .map_err(|e| format!("not a literal ({})", e.unwrap_inner()))?;
+        .map_err(|_| "not a literal".to_string())?;
     super::loader::dynamic_to_json(&value)
 }
 
@@ -556,6 +556,6 @@ fn check_default(ty: ValueType, value: serde_json::Value) -> Result<serde_json::
     if ty.accepts(&value) {
         Ok(value)
     } else {
-        Err(format!("it is not a {ty}"))
+        Err(format!("it is not of type {ty}"))
     }
 }
