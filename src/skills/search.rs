@@ -158,9 +158,14 @@ impl Index {
             .collect()
     }
 
-    /// The index terms a query term stands for, with a discount for inexact matches:
-    /// typos within edit distance 1 (2 for long words), and word beginnings.
+    /// The index terms a query term stands for: itself when the index has it; else,
+    /// at a discount, terms within edit distance 1 (2 for long words) and terms it
+    /// begins. A known word is taken as meant: its near neighbours can be rarer and
+    /// would otherwise outrank it ("timer" is not a typo of "time").
     fn expand<'s>(&'s self, query: &str) -> Vec<(&'s str, f32)> {
+        if let Some((term, _)) = self.df.get_key_value(query) {
+            return vec![(term.as_str(), 1.0)];
+        }
         let len = query.chars().count();
         let allowed = match len {
             0..=3 => 0,
@@ -170,9 +175,6 @@ impl Index {
         self.df
             .keys()
             .filter_map(|term| {
-                if term == query {
-                    return Some((term.as_str(), 1.0));
-                }
                 let term_len = term.chars().count();
                 if term_len.abs_diff(len) <= allowed {
                     match edit_distance(query, term) {
