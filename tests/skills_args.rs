@@ -40,26 +40,48 @@ fn bind_err(name: &str, args: serde_json::Value) -> String {
 #[test]
 fn positional_arguments_fill_defaults() {
     let start = function("TimerSkill.start");
-    assert_eq!(bind(start, &[json!(300)]), Ok(vec![json!(300), json!("timer")]));
-    assert_eq!(bind(start, &[json!(60), json!("tea")]), Ok(vec![json!(60), json!("tea")]));
+    assert_eq!(
+        bind(start, &[json!(300)]),
+        Ok(vec![json!(300), json!("timer")])
+    );
+    assert_eq!(
+        bind(start, &[json!(60), json!("tea")]),
+        Ok(vec![json!(60), json!("tea")])
+    );
     assert_eq!(bind(function("ClockSkill.greet"), &[]), Ok(vec![]));
 }
 
 #[test]
 fn named_arguments_are_matched_by_name() {
     let start = function("TimerSkill.start");
-    assert_eq!(bind(start, &[json!({"label": "eggs", "seconds": 240})]), Ok(vec![json!(240), json!("eggs")]));
-    assert_eq!(bind(start, &[json!({"seconds": 5})]), Ok(vec![json!(5), json!("timer")]));
+    assert_eq!(
+        bind(start, &[json!({"label": "eggs", "seconds": 240})]),
+        Ok(vec![json!(240), json!("eggs")])
+    );
+    assert_eq!(
+        bind(start, &[json!({"seconds": 5})]),
+        Ok(vec![json!(5), json!("timer")])
+    );
     let volume = function("VolumeSkill.set_volume");
-    assert_eq!(bind(volume, &[json!({"step": 2, "level": 30})]), Ok(vec![json!(30), json!(2)]));
+    assert_eq!(
+        bind(volume, &[json!({"step": 2, "level": 30})]),
+        Ok(vec![json!(30), json!(2)])
+    );
 }
 
 #[test]
 fn an_object_for_a_map_parameter_is_positional_unless_its_keys_are_parameters() {
     let echo = function("SystemInfoSkill.echo");
     let options = json!({"verbose": true});
-    assert_eq!(bind(echo, std::slice::from_ref(&options)), Ok(vec![options.clone(), json!(null)]));
-    assert_eq!(bind(echo, &[json!({})]), Ok(vec![json!({}), json!(null)]), "an empty object is the map itself");
+    assert_eq!(
+        bind(echo, std::slice::from_ref(&options)),
+        Ok(vec![options.clone(), json!(null)])
+    );
+    assert_eq!(
+        bind(echo, &[json!({})]),
+        Ok(vec![json!({}), json!(null)]),
+        "an empty object is the map itself"
+    );
     assert_eq!(
         bind(echo, &[json!({"options": {"a": 1}, "extra": 2})]),
         Ok(vec![json!({"a": 1}), json!(2)]),
@@ -108,14 +130,26 @@ fn mismatches_name_the_signature_and_the_argument() {
     );
     let long = "x".repeat(100);
     let shown = bind_err("VolumeSkill.set_volume", json!([long]));
-    assert!(shown.ends_with(&format!("got string \"{}...", "x".repeat(36))), "{shown}");
+    assert!(
+        shown.ends_with(&format!("got string \"{}...", "x".repeat(36))),
+        "{shown}"
+    );
 }
 
 #[test]
 fn any_accepts_everything_and_unit_defaults_accept_null() {
     let echo = function("SystemInfoSkill.echo");
-    for extra in [json!(1), json!("s"), json!([1]), json!(null), json!({"k": [true]})] {
-        assert_eq!(bind(echo, &[json!({}), extra.clone()]), Ok(vec![json!({}), extra]));
+    for extra in [
+        json!(1),
+        json!("s"),
+        json!([1]),
+        json!(null),
+        json!({"k": [true]}),
+    ] {
+        assert_eq!(
+            bind(echo, &[json!({}), extra.clone()]),
+            Ok(vec![json!({}), extra])
+        );
     }
     assert!(matches!(
         bind(echo, &[json!([1])]),

@@ -30,27 +30,47 @@ fn registry(call_timeout: Duration) -> Registry {
 fn failure(registry: &Registry, class: &str, function: &str, args: &[serde_json::Value]) -> String {
     match registry.call(class, function, args) {
         Ok(value) => panic!("{class}.{function} returned {value}"),
-        Err(e) => e.to_string().replace(&format!("{}/", fixtures().display()), ""),
+        Err(e) => e
+            .to_string()
+            .replace(&format!("{}/", fixtures().display()), ""),
     }
 }
 
 #[test]
 fn calls_return_json_with_defaults_and_named_arguments() {
     let registry = registry(Duration::from_secs(2));
-    assert_eq!(registry.call("TimerSkill", "start", &[json!(300)]), Ok(json!("timer: 300 s")));
     assert_eq!(
-        registry.call("TimerSkill", "start", &[json!({"seconds": 5, "label": "tea"})]),
+        registry.call("TimerSkill", "start", &[json!(300)]),
+        Ok(json!("timer: 300 s"))
+    );
+    assert_eq!(
+        registry.call(
+            "TimerSkill",
+            "start",
+            &[json!({"seconds": 5, "label": "tea"})]
+        ),
         Ok(json!("tea: 5 s"))
     );
     assert_eq!(registry.call("TimerSkill", "remaining", &[]), Ok(json!(42)));
-    assert_eq!(registry.call("TimerSkill", "clear_all", &[]), Ok(json!(null)));
+    assert_eq!(
+        registry.call("TimerSkill", "clear_all", &[]),
+        Ok(json!(null))
+    );
     assert_eq!(
         registry.call("MusicSkill", "play", &[json!("Abba")]),
         Ok(json!({"title": "Abba", "shuffle": false, "position": 0.5}))
     );
-    assert_eq!(registry.call("ClockSkill", "greet", &[]), Ok(json!("HELLO")));
-    let louder = registry.call("VolumeSkill", "louder", &[json!(3)]).expect("louder");
-    assert!(louder.is_f64(), "an int passed for a float arrives as a float: {louder}");
+    assert_eq!(
+        registry.call("ClockSkill", "greet", &[]),
+        Ok(json!("HELLO"))
+    );
+    let louder = registry
+        .call("VolumeSkill", "louder", &[json!(3)])
+        .expect("louder");
+    assert!(
+        louder.is_f64(),
+        "an int passed for a float arrives as a float: {louder}"
+    );
     let nested = json!({"list": [1, 2.5, "x", null, {"deep": true}]});
     assert_eq!(
         registry.call("SystemInfoSkill", "echo", &[nested.clone(), json!([7])]),
@@ -73,9 +93,15 @@ fn an_endless_loop_is_stopped_at_the_call_timeout() {
         })
     );
     assert!(took >= timeout, "stopped early: {took:?}");
-    assert!(took < timeout + Duration::from_millis(100), "stopped late: {took:?}");
+    assert!(
+        took < timeout + Duration::from_millis(100),
+        "stopped late: {took:?}"
+    );
     // The deadline belongs to that call only: the next one runs normally.
-    assert_eq!(registry.call("ClockSkill", "greet", &[]), Ok(json!("HELLO")));
+    assert_eq!(
+        registry.call("ClockSkill", "greet", &[]),
+        Ok(json!("HELLO"))
+    );
 }
 
 #[test]
@@ -89,7 +115,10 @@ fn errors_from_skill_code_carry_their_position() {
     assert!(bounds.starts_with("calls.rhai:18:7: "), "{bounds}");
     assert!(bounds.contains("out of bounds"), "{bounds}");
     let nested = failure(&registry, "CallsSkill", "nested", &[]);
-    assert!(nested.starts_with("calls.rhai:32:"), "points inside the helper: {nested}");
+    assert!(
+        nested.starts_with("calls.rhai:32:"),
+        "points inside the helper: {nested}"
+    );
     assert_eq!(
         failure(&registry, "CallsSkill", "pointer", &[]),
         "calls.rhai:22: CallsSkill.pointer returned a function pointer, which cannot be sent as JSON; return numbers, strings, bools, arrays, maps or ()"
@@ -112,7 +141,12 @@ fn unknown_names_and_bad_arguments_fail_before_the_skill_runs() {
         "TimerSkill has no function `strat`; did you mean `start`?; it has `start`, `remaining`, `clear_all`"
     );
     assert_eq!(
-        failure(&registry, "TimerSkill", "_describe", &[json!(1), json!("x")]),
+        failure(
+            &registry,
+            "TimerSkill",
+            "_describe",
+            &[json!(1), json!("x")]
+        ),
         "TimerSkill has no function `_describe`; it has `start`, `remaining`, `clear_all`"
     );
     assert!(matches!(

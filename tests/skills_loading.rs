@@ -17,7 +17,9 @@ fn settings() -> HostSettings {
 }
 
 fn fixtures(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 /// Loads one skill written to a temporary file called `file_name`.
@@ -65,14 +67,24 @@ fn good_files_load_with_their_documentation() {
         "let t = device.TimerSkill.remaining(\"tea\");\nprint(`${t} seconds left`);"
     );
     let names: Vec<&str> = timer.functions.iter().map(|f| f.name.as_str()).collect();
-    assert_eq!(names, ["start", "remaining", "clear_all"], "private and _ functions are not exported");
+    assert_eq!(
+        names,
+        ["start", "remaining", "clear_all"],
+        "private and _ functions are not exported"
+    );
 
     let start = &timer.functions[0];
-    assert_eq!(start.signature(), "start(seconds: int, label: string = \"timer\") -> string");
+    assert_eq!(
+        start.signature(),
+        "start(seconds: int, label: string = \"timer\") -> string"
+    );
     assert_eq!(start.qualified_name(), "TimerSkill.start");
     assert_eq!(start.summary, "Start a countdown timer.");
     assert_eq!(start.docstring, "The timer rings when it reaches zero.");
-    assert_eq!(start.params[0].description, "How long the timer runs, in seconds.");
+    assert_eq!(
+        start.params[0].description,
+        "How long the timer runs, in seconds."
+    );
     assert_eq!(start.params[1].default, Some(serde_json::json!("timer")));
     assert_eq!(start.returns, ValueType::String);
     assert_eq!(start.returns_doc, "A description of the new timer.");
@@ -87,14 +99,32 @@ fn good_files_load_with_their_documentation() {
     assert!(!clear.confirm);
 
     let volume = registry.class("VolumeSkill").expect("VolumeSkill");
-    assert_eq!(volume.functions[0].signature(), "set_volume(level: int, step: int = 5) -> ()");
-    assert_eq!(volume.functions[1].signature(), "louder(amount: float = 10.0) -> float");
+    assert_eq!(
+        volume.functions[0].signature(),
+        "set_volume(level: int, step: int = 5) -> ()"
+    );
+    assert_eq!(
+        volume.functions[1].signature(),
+        "louder(amount: float = 10.0) -> float"
+    );
     let echo = registry.function("SystemInfoSkill.echo").expect("echo");
-    assert_eq!(echo.signature(), "echo(options: map, extra: any = ()) -> array");
+    assert_eq!(
+        echo.signature(),
+        "echo(options: map, extra: any = ()) -> array"
+    );
     let temperature = registry.function("temperature").expect("unique bare name");
-    assert_eq!(temperature.class, "ClimateSkill", "@class overrides the file name");
-    assert_eq!(registry.class("ClimateSkill").map(|c| c.summary.as_str()), Some("Reads the room climate sensors."));
-    assert!(registry.class("ClockSkill").is_some(), "clock_skill.rhai does not become ClockSkillSkill");
+    assert_eq!(
+        temperature.class, "ClimateSkill",
+        "@class overrides the file name"
+    );
+    assert_eq!(
+        registry.class("ClimateSkill").map(|c| c.summary.as_str()),
+        Some("Reads the room climate sensors.")
+    );
+    assert!(
+        registry.class("ClockSkill").is_some(),
+        "clock_skill.rhai does not become ClockSkillSkill"
+    );
 }
 
 #[test]
@@ -122,7 +152,13 @@ fn broken_files_are_reported_with_positions_and_the_rest_load() {
     );
     let names: Vec<&str> = registry.classes().iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["Duplicate", "GoodSkill"]);
-    assert_eq!(registry.class("Duplicate").map(|c| c.functions[0].name.as_str()), Some("thing"), "the first file wins");
+    assert_eq!(
+        registry
+            .class("Duplicate")
+            .map(|c| c.functions[0].name.as_str()),
+        Some("thing"),
+        "the first file wins"
+    );
     let err: &LoadError = &errors[0];
     assert_eq!((err.line, err.column), (4, 5));
 }
@@ -134,7 +170,13 @@ fn a_missing_folder_is_one_clear_error() {
     assert!(registry.classes().is_empty());
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0].file, missing);
-    assert!(errors[0].to_string().contains("skills folder does not exist"), "{}", errors[0]);
+    assert!(
+        errors[0]
+            .to_string()
+            .contains("skills folder does not exist"),
+        "{}",
+        errors[0]
+    );
 }
 
 #[test]
@@ -178,16 +220,26 @@ fn doc_comment_mistakes_name_the_fix() {
         ),
     ];
     for (text, expected) in cases {
-        assert_eq!(load_text("t.rhai", text), Err(expected.to_string()), "for:\n{text}");
+        assert_eq!(
+            load_text("t.rhai", text),
+            Err(expected.to_string()),
+            "for:\n{text}"
+        );
     }
 }
 
 #[test]
 fn class_names_come_from_file_names() {
     let text = "//! S.\n\n/// Run.\nfn run() {}\n";
-    assert_eq!(load_text("system_info.rhai", text), Ok("SystemInfoSkill".to_string()));
+    assert_eq!(
+        load_text("system_info.rhai", text),
+        Ok("SystemInfoSkill".to_string())
+    );
     assert_eq!(load_text("music.rhai", text), Ok("MusicSkill".to_string()));
-    assert_eq!(load_text("clock_skill.rhai", text), Ok("ClockSkill".to_string()));
+    assert_eq!(
+        load_text("clock_skill.rhai", text),
+        Ok("ClockSkill".to_string())
+    );
     assert_eq!(
         load_text("2fa.rhai", text),
         Err("DIR/2fa.rhai:1:1: cannot make a class name from the file name `2fa`; add a `//! @class Name` line".to_string())
@@ -196,12 +248,30 @@ fn class_names_come_from_file_names() {
 
 #[test]
 fn reserved_words_and_eval_are_rejected() {
-    let reserved = load_text("t.rhai", "//! S.\n\n/// Run.\nfn run() {\n    let match = 1;\n}\n");
-    assert_eq!(reserved, Err("DIR/t.rhai:5:9: `match` is a reserved word in Rhai; use another name".to_string()));
+    let reserved = load_text(
+        "t.rhai",
+        "//! S.\n\n/// Run.\nfn run() {\n    let match = 1;\n}\n",
+    );
+    assert_eq!(
+        reserved,
+        Err("DIR/t.rhai:5:9: `match` is a reserved word in Rhai; use another name".to_string())
+    );
     let print = load_text("t.rhai", "//! S.\n\n/// Out.\nfn print(x) {}\n");
-    assert!(print.as_ref().is_err_and(|e| e.starts_with("DIR/t.rhai:4:4: function name `print` is reserved")), "{print:?}");
-    let eval = load_text("t.rhai", "//! S.\n\n/// Run.\nfn run() {\n    eval(\"1\")\n}\n");
-    assert!(eval.as_ref().is_err_and(|e| e.starts_with("DIR/t.rhai:5:5: ")), "{eval:?}");
+    assert!(
+        print
+            .as_ref()
+            .is_err_and(|e| e.starts_with("DIR/t.rhai:4:4: function name `print` is reserved")),
+        "{print:?}"
+    );
+    let eval = load_text(
+        "t.rhai",
+        "//! S.\n\n/// Run.\nfn run() {\n    eval(\"1\")\n}\n",
+    );
+    assert!(
+        eval.as_ref()
+            .is_err_and(|e| e.starts_with("DIR/t.rhai:5:5: ")),
+        "{eval:?}"
+    );
 }
 
 #[test]
@@ -220,12 +290,28 @@ fn function_lookup_suggests_close_names_and_lists_ambiguous_ones() {
         registry.function("status").map(|f| f.qualified_name()),
         Err(LookupError::Ambiguous {
             name: "status".to_string(),
-            candidates: vec!["FanSkill.status".to_string(), "LampSkill.status".to_string()],
+            candidates: vec![
+                "FanSkill.status".to_string(),
+                "LampSkill.status".to_string()
+            ],
         })
     );
-    assert_eq!(registry.function("LampSkill.status").map(|f| f.qualified_name()), Ok("LampSkill.status".to_string()));
-    let typo = registry.function("LampSkill.stats").map(|f| f.qualified_name());
-    assert_eq!(typo, Err(LookupError::NotFound { name: "LampSkill.stats".to_string(), suggestions: vec!["LampSkill.status".to_string()] }));
+    assert_eq!(
+        registry
+            .function("LampSkill.status")
+            .map(|f| f.qualified_name()),
+        Ok("LampSkill.status".to_string())
+    );
+    let typo = registry
+        .function("LampSkill.stats")
+        .map(|f| f.qualified_name());
+    assert_eq!(
+        typo,
+        Err(LookupError::NotFound {
+            name: "LampSkill.stats".to_string(),
+            suggestions: vec!["LampSkill.status".to_string()]
+        })
+    );
     assert_eq!(
         typo.map_err(|e| e.to_string()),
         Err("no skill function `LampSkill.stats`; did you mean `LampSkill.status`?".to_string())

@@ -52,8 +52,14 @@ fn typos_still_match() {
     let registry = registry();
     let volume = names(&registry, "volum", 2);
     assert_eq!(volume, ["VolumeSkill.get_volume", "VolumeSkill.set_volume"]);
-    assert_eq!(names(&registry, "temprature", 1), ["ClimateSkill.temperature"]);
-    assert_eq!(names(&registry, "brigthness", 1), ["LightsSkill.set_brightness"]);
+    assert_eq!(
+        names(&registry, "temprature", 1),
+        ["ClimateSkill.temperature"]
+    );
+    assert_eq!(
+        names(&registry, "brigthness", 1),
+        ["LightsSkill.set_brightness"]
+    );
 }
 
 #[test]
@@ -69,10 +75,19 @@ fn a_class_name_hit_ranks_above_a_docstring_hit() {
 #[test]
 fn names_and_summaries_outrank_passing_mentions() {
     let registry = registry();
-    assert_eq!(names(&registry, "switch the lamp off", 1), ["LightsSkill.turn_off"]);
-    assert_eq!(names(&registry, "how warm is the room temperature", 1), ["ClimateSkill.temperature"]);
+    assert_eq!(
+        names(&registry, "switch the lamp off", 1),
+        ["LightsSkill.turn_off"]
+    );
+    assert_eq!(
+        names(&registry, "how warm is the room temperature", 1),
+        ["ClimateSkill.temperature"]
+    );
     assert_eq!(names(&registry, "next track", 1), ["MusicSkill.next_track"]);
-    assert!(names(&registry, "xylophone", 10).is_empty(), "no match, no results");
+    assert!(
+        names(&registry, "xylophone", 10).is_empty(),
+        "no match, no results"
+    );
 }
 
 #[test]
@@ -94,6 +109,9 @@ fn ordering_is_deterministic_with_ties_by_name() {
             );
         }
         assert_eq!(names(&registry, query, 100), names(&registry, query, 100));
-        assert_eq!(names(&registry, query, 2), names(&registry, query, 100)[..2.min(hits.len())]);
+        assert_eq!(
+            names(&registry, query, 2),
+            names(&registry, query, 100)[..2.min(hits.len())]
+        );
     }
 }

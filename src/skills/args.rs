@@ -36,7 +36,9 @@ pub enum ArgError {
         name: String,
     },
     /// A value of the wrong type.
-    #[error("{function} expects {signature}: argument {position} `{name}` must be {expected}, got {got}")]
+    #[error(
+        "{function} expects {signature}: argument {position} `{name}` must be {expected}, got {got}"
+    )]
     WrongType {
         /// `Class.fn`.
         function: String,
@@ -78,7 +80,8 @@ pub fn bind(f: &SkillFunction, args: &[Value]) -> Result<Vec<Value>, ArgError> {
         Some(object) => {
             for key in object.keys() {
                 if !f.params.iter().any(|p| &p.name == key) {
-                    let hint = match suggest(key, f.params.iter().map(|p| p.name.as_str())).first() {
+                    let hint = match suggest(key, f.params.iter().map(|p| p.name.as_str())).first()
+                    {
                         Some(best) => format!("; did you mean `{best}`?"),
                         None => String::new(),
                     };

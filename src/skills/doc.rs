@@ -106,7 +106,10 @@ fn fn_line(line: usize, indent: usize, trimmed: &str) -> Option<FnLine> {
     }
     let name_part = rest.trim_start();
     let name_col = indent + (trimmed.len() - name_part.len()) + 1;
-    let name: String = name_part.chars().take_while(|&c| is_ident_char(c)).collect();
+    let name: String = name_part
+        .chars()
+        .take_while(|&c| is_ident_char(c))
+        .collect();
     if name.is_empty() {
         return None;
     }
@@ -161,9 +164,7 @@ fn normalized(line: &DocLine) -> DocLine {
 /// Splits `@tag rest` into the tag name, its column and the rest (`doc` normalized).
 fn tag(doc: &DocLine) -> Option<(&str, usize, &str)> {
     let body = doc.text.strip_prefix('@')?;
-    let name_len = body
-        .find(|c: char| !is_ident_char(c))
-        .unwrap_or(body.len());
+    let name_len = body.find(|c: char| !is_ident_char(c)).unwrap_or(body.len());
     Some((&body[..name_len], doc.column, body[name_len..].trim()))
 }
 
@@ -177,7 +178,11 @@ fn unknown_tag<T>(doc: &DocLine, name: &str, known: &[&str]) -> Result<T, DocErr
         Some(best) => format!("did you mean `@{best}`?"),
         None => format!("known tags here are {known_list}"),
     };
-    err(doc.line, doc.column, format!("unknown tag `@{name}`; {hint}"))
+    err(
+        doc.line,
+        doc.column,
+        format!("unknown tag `@{name}`; {hint}"),
+    )
 }
 
 /// Parses the `//!` lines: summary, description, `@class`, `@example`s.
@@ -392,7 +397,11 @@ pub(crate) fn parse_fn(lines: &[DocLine]) -> Result<FnDoc, DocError> {
                 }
                 "return" => {
                     if doc.returns.is_some() {
-                        return err(line.line, column, "second `@return`; a function returns one value");
+                        return err(
+                            line.line,
+                            column,
+                            "second `@return`; a function returns one value",
+                        );
                     }
                     let mut cursor = Cursor {
                         text: &line.text,
@@ -408,7 +417,11 @@ pub(crate) fn parse_fn(lines: &[DocLine]) -> Result<FnDoc, DocError> {
                             type_column,
                             format!(
                                 "unknown type `{}` in `@return`; use one of {}, ()",
-                                if ty_name.is_empty() { cursor.rest() } else { ty_name },
+                                if ty_name.is_empty() {
+                                    cursor.rest()
+                                } else {
+                                    ty_name
+                                },
                                 ValueType::PARAM_NAMES
                             ),
                         );
@@ -419,7 +432,11 @@ pub(crate) fn parse_fn(lines: &[DocLine]) -> Result<FnDoc, DocError> {
                 }
                 "confirm" | "no_model" => {
                     if !rest.is_empty() {
-                        return err(line.line, column, format!("`@{name}` takes nothing after it"));
+                        return err(
+                            line.line,
+                            column,
+                            format!("`@{name}` takes nothing after it"),
+                        );
                     }
                     if name == "confirm" {
                         doc.confirm = true;
@@ -483,7 +500,9 @@ fn parse_param(line: &DocLine) -> Result<ParamDoc, DocError> {
         return err(
             line.line,
             cursor.column(),
-            format!("expected `:` and a type after `@param {name}`; write `@param {name}: int  description`"),
+            format!(
+                "expected `:` and a type after `@param {name}`; write `@param {name}: int  description`"
+            ),
         );
     }
     cursor.skip_ws();

@@ -23,7 +23,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rhai::{ASTNode, CallFnOptions, Dynamic, Engine, EvalAltResult, Expr, Position, Scope, Stmt, AST};
+use rhai::{
+    AST, ASTNode, CallFnOptions, Dynamic, Engine, EvalAltResult, Expr, Position, Scope, Stmt,
+};
 
 use super::doc::{self, DocError, FnLine};
 use super::host_api::{self, HostSettings, SkillContext};
@@ -85,7 +87,12 @@ fn skill_engine(class: &str, settings: &HostSettings) -> Engine {
     // The deadline, not an operation count, bounds a call; these bound memory and
     // recursion. Strings must hold a whole HTTP body or file.
     engine.set_max_call_levels(64);
-    engine.set_max_string_size(settings.http_max_bytes.max(settings.file_max_bytes).max(1 << 20));
+    engine.set_max_string_size(
+        settings
+            .http_max_bytes
+            .max(settings.file_max_bytes)
+            .max(1 << 20),
+    );
     engine.set_max_array_size(100_000);
     engine.set_max_map_size(100_000);
     engine.on_progress(|operations| {
@@ -118,7 +125,12 @@ pub(crate) fn load_dir(dir: &Path, settings: &HostSettings) -> (Vec<SkillClass>,
                 )],
             );
         }
-        Err(e) => return (Vec::new(), vec![folder_error(format!("cannot read the skills folder: {e}"))]),
+        Err(e) => {
+            return (
+                Vec::new(),
+                vec![folder_error(format!("cannot read the skills folder: {e}"))],
+            );
+        }
     };
     let mut files: Vec<PathBuf> = Vec::new();
     let mut errors = Vec::new();
@@ -196,7 +208,8 @@ fn load(path: &Path, settings: &HostSettings) -> Result<(SkillClass, (usize, usi
         message,
     };
     let from_doc = |e: DocError| at(e.line, e.column, e.message);
-    let text = std::fs::read_to_string(path).map_err(|e| at(0, 0, format!("cannot read the file: {e}")))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| at(0, 0, format!("cannot read the file: {e}")))?;
     let scan = doc::scan(&text);
 
     for f in &scan.fns {
@@ -204,18 +217,26 @@ fn load(path: &Path, settings: &HostSettings) -> Result<(SkillClass, (usize, usi
             return Err(at(
                 f.line,
                 f.column,
-                format!("function name `{}` is reserved: {why}; rename the function", f.name),
+                format!(
+                    "function name `{}` is reserved: {why}; rename the function",
+                    f.name
+                ),
             ));
         }
     }
     // Syntax first: it is the most basic problem, and needs no class name.
-    Engine::new_raw().compile(&text).map_err(|e| syntax_error(path, &e))?;
+    Engine::new_raw()
+        .compile(&text)
+        .map_err(|e| syntax_error(path, &e))?;
 
     let module = doc::parse_module(&scan.module).map_err(from_doc)?;
     let (class_name, class_pos) = match &module.class {
         Some((name, line, column)) => (name.clone(), (*line, *column)),
         None => {
-            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let stem = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
             let name = class_name_from_stem(&stem).ok_or_else(|| {
                 at(1, 1, format!("cannot make a class name from the file name `{stem}`; add a `//! @class Name` line"))
             })?;
@@ -237,7 +258,11 @@ fn load(path: &Path, settings: &HostSettings) -> Result<(SkillClass, (usize, usi
 
     let mut functions = Vec::new();
     let mut exported: HashMap<&str, &FnLine> = HashMap::new();
-    for f in scan.fns.iter().filter(|f| !f.private && !f.name.starts_with('_')) {
+    for f in scan
+        .fns
+        .iter()
+        .filter(|f| !f.private && !f.name.starts_with('_'))
+    {
         if let Some(first) = exported.insert(&f.name, f) {
             return Err(at(
                 f.line,
@@ -259,7 +284,10 @@ fn load(path: &Path, settings: &HostSettings) -> Result<(SkillClass, (usize, usi
         return Err(at(
             1,
             1,
-            format!("function `{}` must start its own line with `fn` so its documentation can be read", missed.name),
+            format!(
+                "function `{}` must start its own line with `fn` so its documentation can be read",
+                missed.name
+            ),
         ));
     }
 
@@ -301,13 +329,20 @@ fn syntax_error(path: &Path, e: &rhai::ParseError) -> LoadError {
 
 /// Builds an exported function from its `fn` line and `///` block.
 fn function(class: &str, path: &Path, f: &FnLine) -> Result<SkillFunction, DocError> {
-    let fail = |line: usize, column: usize, message: String| DocError { line, column, message };
+    let fail = |line: usize, column: usize, message: String| DocError {
+        line,
+        column,
+        message,
+    };
     let doc = doc::parse_fn(&f.doc)?;
     if doc.summary.is_empty() {
         return Err(fail(
             f.line,
             f.column,
-            format!("function `{}` has no summary; add a `/// One-line summary.` line above it", f.name),
+            format!(
+                "function `{}` has no summary; add a `/// One-line summary.` line above it",
+                f.name
+            ),
         ));
     }
     let fn_params: Vec<&str> = f.params.iter().map(|(name, _)| name.as_str()).collect();
@@ -315,7 +350,11 @@ fn function(class: &str, path: &Path, f: &FnLine) -> Result<SkillFunction, DocEr
     let mut seen = HashSet::new();
     for (i, p) in doc.params.iter().enumerate() {
         if !seen.insert(p.name.as_str()) {
-            return Err(fail(p.line, p.column, format!("`@param {}` appears twice", p.name)));
+            return Err(fail(
+                p.line,
+                p.column,
+                format!("`@param {}` appears twice", p.name),
+            ));
         }
         match fn_params.iter().position(|name| *name == p.name) {
             None => {
@@ -323,13 +362,23 @@ fn function(class: &str, path: &Path, f: &FnLine) -> Result<SkillFunction, DocEr
                     Some(best) => format!("did you mean `{best}`?"),
                     None => format!("the parameters are `{shown}`"),
                 };
-                return Err(fail(p.line, p.column, format!("`@param {}` names no parameter of `{}`; {hint}", p.name, f.name)));
+                return Err(fail(
+                    p.line,
+                    p.column,
+                    format!(
+                        "`@param {}` names no parameter of `{}`; {hint}",
+                        p.name, f.name
+                    ),
+                ));
             }
             Some(at) if at != i => {
                 return Err(fail(
                     p.line,
                     p.column,
-                    format!("`@param {}` is out of order; document the parameters in the order of `{shown}`", p.name),
+                    format!(
+                        "`@param {}` is out of order; document the parameters in the order of `{shown}`",
+                        p.name
+                    ),
                 ));
             }
             Some(_) => {}
@@ -346,7 +395,9 @@ fn function(class: &str, path: &Path, f: &FnLine) -> Result<SkillFunction, DocEr
         ));
     }
     if let Some(with_default) = doc.params.iter().position(|p| p.default.is_some())
-        && let Some(p) = doc.params[with_default..].iter().find(|p| p.default.is_none())
+        && let Some(p) = doc.params[with_default..]
+            .iter()
+            .find(|p| p.default.is_none())
     {
         return Err(fail(
             p.line,
@@ -395,7 +446,10 @@ fn check_calls(engine: &Engine, ast: &AST) -> Result<(), (usize, usize, String)>
 
     let mut unknown: Vec<(usize, usize, String)> = Vec::new();
     let mut check = |name: String, pos: Position, method: bool| {
-        let plain = name.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_');
+        let plain = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_alphabetic() || c == '_');
         if !plain || known.contains(&name) {
             return;
         }
@@ -404,14 +458,20 @@ fn check_calls(engine: &Engine, ast: &AST) -> Result<(), (usize, usize, String)>
         let hint = match suggest(bare, known.iter().map(String::as_str)).first() {
             Some(best) => format!("did you mean `{best}`?"),
             None if name.contains("::") => "skills cannot import modules".to_string(),
-            None => "define it in this file or use a host API function (see skills/README.md)".to_string(),
+            None => "define it in this file or use a host API function (see skills/README.md)"
+                .to_string(),
         };
         let how = if method { " (called as a method)" } else { "" };
-        unknown.push((line, column, format!("unknown function `{name}`{how}; {hint}")));
+        unknown.push((
+            line,
+            column,
+            format!("unknown function `{name}`{how}; {hint}"),
+        ));
     };
     ast.walk(&mut |path: &[ASTNode]| {
         match path.last() {
-            Some(ASTNode::Expr(Expr::FnCall(call, pos))) | Some(ASTNode::Stmt(Stmt::FnCall(call, pos)))
+            Some(ASTNode::Expr(Expr::FnCall(call, pos)))
+            | Some(ASTNode::Stmt(Stmt::FnCall(call, pos)))
                 if call.op_token.is_none() =>
             {
                 let name = if call.namespace.is_empty() {
@@ -421,7 +481,9 @@ fn check_calls(engine: &Engine, ast: &AST) -> Result<(), (usize, usize, String)>
                 };
                 check(name, *pos, false);
             }
-            Some(ASTNode::Expr(Expr::MethodCall(call, pos))) => check(call.name.to_string(), *pos, true),
+            Some(ASTNode::Expr(Expr::MethodCall(call, pos))) => {
+                check(call.name.to_string(), *pos, true)
+            }
             _ => {}
         }
         true
@@ -445,8 +507,13 @@ impl Runtime {
         let started = Instant::now();
         let result = deadline::with_deadline(started + timeout, || {
             let options = CallFnOptions::new().eval_ast(false).rewind_scope(true);
-            self.engine
-                .call_fn_with_options::<Dynamic>(options, &mut Scope::new(), &self.ast, &f.name, args)
+            self.engine.call_fn_with_options::<Dynamic>(
+                options,
+                &mut Scope::new(),
+                &self.ast,
+                &f.name,
+                args,
+            )
         });
         match result {
             Ok(value) => dynamic_to_json(&value).map_err(|what| CallError::Failed {
@@ -542,7 +609,11 @@ pub(crate) fn dynamic_to_json(value: &Dynamic) -> Result<serde_json::Value, Stri
     }
     if value.is_array() {
         let items = value.cast::<rhai::Array>();
-        return items.iter().map(dynamic_to_json).collect::<Result<Vec<_>, _>>().map(J::Array);
+        return items
+            .iter()
+            .map(dynamic_to_json)
+            .collect::<Result<Vec<_>, _>>()
+            .map(J::Array);
     }
     if value.is_map() {
         let map = value.cast::<rhai::Map>();

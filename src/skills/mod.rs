@@ -185,7 +185,10 @@ fn render_literal(value: &serde_json::Value) -> String {
 }
 
 fn render_key(key: &str) -> String {
-    let plain = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    let plain = key
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if plain {
         key.to_string()
@@ -304,7 +307,11 @@ pub enum CallError {
         suggestions: Vec<String>,
     },
     /// The class exports no function with that name.
-    #[error("{class} has no function `{function}`{}; it has {}", did_you_mean(suggestions), quoted_list(available))]
+    #[error(
+        "{class} has no function `{function}`{}; it has {}",
+        did_you_mean(suggestions),
+        quoted_list(available)
+    )]
     UnknownFunction {
         /// The class.
         class: String,
@@ -383,7 +390,10 @@ pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
 
 /// The candidates close enough to `wanted` to be a likely typo, closest first
 /// (at most three; ties in candidate order).
-pub(crate) fn suggest<'a>(wanted: &str, candidates: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+pub(crate) fn suggest<'a>(
+    wanted: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Vec<String> {
     let limit = (wanted.chars().count() / 3).clamp(1, 3);
     let mut close: Vec<(usize, &str)> = candidates
         .into_iter()
@@ -392,7 +402,11 @@ pub(crate) fn suggest<'a>(wanted: &str, candidates: impl IntoIterator<Item = &'a
         .collect();
     close.sort_by_key(|(d, _)| *d);
     close.dedup_by(|a, b| a.1 == b.1);
-    close.into_iter().take(3).map(|(_, c)| c.to_string()).collect()
+    close
+        .into_iter()
+        .take(3)
+        .map(|(_, c)| c.to_string())
+        .collect()
 }
 
 /// All loaded skill classes, searchable and callable.
@@ -475,8 +489,10 @@ impl Registry {
         match found.as_slice() {
             [one] => Ok(one),
             [] => {
-                let qualified: Vec<String> =
-                    self.all_functions().map(SkillFunction::qualified_name).collect();
+                let qualified: Vec<String> = self
+                    .all_functions()
+                    .map(SkillFunction::qualified_name)
+                    .collect();
                 let mut suggestions = suggest(name, qualified.iter().map(String::as_str));
                 if suggestions.is_empty() {
                     // A bare name close to some function's own name.

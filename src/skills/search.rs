@@ -147,7 +147,10 @@ impl Index {
                 .filter(|(score, _)| *score > 0.0)
                 .collect()
         };
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.qualified.cmp(&b.1.qualified)));
+        scored.sort_by(|a, b| {
+            b.0.total_cmp(&a.0)
+                .then_with(|| a.1.qualified.cmp(&b.1.qualified))
+        });
         scored
             .into_iter()
             .take(limit)
@@ -255,9 +258,16 @@ fn stem(word: &str) -> String {
     };
     if len > 4 && word.ends_with("ies") {
         format!("{}y", &word[..len - 3])
-    } else if len > 4 && ["sses", "xes", "ches", "shes", "zes"].iter().any(|s| word.ends_with(s)) {
+    } else if len > 4
+        && ["sses", "xes", "ches", "shes", "zes"]
+            .iter()
+            .any(|s| word.ends_with(s))
+    {
         word[..len - 2].to_string()
-    } else if len > 3 && word.ends_with('s') && !["ss", "us", "is"].iter().any(|s| word.ends_with(s)) {
+    } else if len > 3
+        && word.ends_with('s')
+        && !["ss", "us", "is"].iter().any(|s| word.ends_with(s))
+    {
         word[..len - 1].to_string()
     } else if len > 5 && word.ends_with("ing") {
         undouble(&word[..len - 3])
@@ -275,7 +285,10 @@ mod tests {
     #[test]
     fn splits_names_and_stems_words() {
         assert_eq!(tokens("SystemInfoSkill"), ["system", "info", "skill"]);
-        assert_eq!(tokens("HTTPServer set_volume"), ["http", "server", "set", "volume"]);
+        assert_eq!(
+            tokens("HTTPServer set_volume"),
+            ["http", "server", "set", "volume"]
+        );
         assert_eq!(tokens("Play the songs"), ["play", "song"]);
         assert_eq!(stem("timers"), "timer");
         assert_eq!(stem("playing"), "play");
