@@ -326,3 +326,35 @@ fn registry_and_classes_are_shareable_across_threads() {
     assert_send_sync::<Registry>();
     assert_send_sync::<strawberry_spoke::skills::SkillClass>();
 }
+
+#[test]
+fn function_pointers_by_name_are_checked_too() {
+    let text = "//! S.\n\n/// Run.\nfn run() {\n    Fn(\"rnu\")\n}\n";
+    assert_eq!(
+        load_text("t.rhai", text),
+        Err("DIR/t.rhai:5:5: unknown function `rnu`; did you mean `run`?".to_string())
+    );
+}
+
+#[test]
+fn parameters_come_from_rhai_and_fn_lines_in_strings_are_not_functions() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("multi.rhai");
+    let text = "//! S.\n//! @class   Multi\n\n/// Add.\n/// @param a: int  A.\n/// @param b: int = 2  B.\n/// @return int  Sum.\nfn add(a,\n       b) {\n    let s = `\nfn fake() {}\n`;\n    a + b\n}\n";
+    std::fs::write(&path, text).expect("write");
+    let class = Registry::load_file(&path, &settings()).expect("loads");
+    assert_eq!(class.name, "Multi");
+    let names: Vec<String> = class.functions.iter().map(|f| f.signature()).collect();
+    assert_eq!(names, ["add(a: int, b: int = 2) -> int"]);
+
+    let copy = dir.path().join("copy.rhai");
+    std::fs::write(&copy, text).expect("write");
+    let (_, errors) = Registry::load(dir.path(), &settings());
+    assert_eq!(errors.len(), 1);
+    assert_eq!(
+        (errors[0].line, errors[0].column),
+        (2, 14),
+        "points at the class name: {}",
+        errors[0]
+    );
+}

@@ -216,7 +216,9 @@ pub(crate) fn parse_module(lines: &[DocLine]) -> Result<ModuleDoc, DocError> {
                     if doc.class.is_some() {
                         return err(line.line, column, "second `@class`; a file holds one class");
                     }
-                    doc.class = Some((rest.to_string(), line.line, column + 7));
+                    let rest_column =
+                        line.column + line.text.chars().count() - rest.chars().count();
+                    doc.class = Some((rest.to_string(), line.line, rest_column));
                 }
                 "example" => {
                     if rest.is_empty() {

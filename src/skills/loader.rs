@@ -256,24 +256,51 @@ fn load(path: &Path, settings: &HostSettings) -> Result<(SkillClass, (usize, usi
     }
     check_calls(&engine, &ast).map_err(|(line, column, message)| at(line, column, message))?;
 
+    let compiled: Vec<(&str, Vec<&str>)> =
+        ast.iter_functions().map(|f| (f.name, f.params)).collect();
     let mut functions = Vec::new();
-    let mut exported: HashMap<&str, &FnLine> = HashMap::new();
+    // Name -> line of the exported function already seen.
+    let mut exported: HashMap<String, usize> = HashMap::new();
     for f in scan
         .fns
         .iter()
         .filter(|f| !f.private && !f.name.starts_with('_'))
     {
-        if let Some(first) = exported.insert(&f.name, f) {
+        // Rhai's parameter list is the truth (the scan sees one line); a `fn` line Rhai
+        // did not compile (inside a multi-line string) is no function at all.
+        let same_name = || compiled.iter().filter(|(name, _)| *name == f.name);
+        let Some((_, params)) = same_name()
+            .find(|(_, params)| params.len() == f.params.len())
+            .or_else(|| same_name().next())
+        else {
+            continue;
+        };
+        let f = FnLine {
+            params: params
+                .iter()
+                .map(|name| {
+                    let column = f
+                        .params
+                        .iter()
+                        .find(|(p, _)| p == name)
+                        .map_or(f.column, |(_, c)| *c);
+                    (name.to_string(), column)
+                })
+                .collect(),
+            ..f.clone()
+        };
+        if let Some(first_line) = exported.get(&f.name) {
             return Err(at(
                 f.line,
                 f.column,
                 format!(
                     "`{}` is already defined on line {}; a skill exports one function per name, so rename one or make it `private`",
-                    f.name, first.line
+                    f.name, first_line
                 ),
             ));
         }
-        functions.push(function(&class_name, path, f).map_err(from_doc)?);
+        functions.push(function(&class_name, path, &f).map_err(from_doc)?);
+        exported.insert(f.name, f.line);
     }
     // Every function Rhai compiled must be one the scan found, or its docs were missed.
     let scanned: HashSet<&str> = scan.fns.iter().map(|f| f.name.as_str()).collect();
@@ -479,7 +506,22 @@ fn check_calls(engine: &Engine, ast: &AST) -> Result<(), (usize, usize, String)>
                 } else {
                     format!("{}::{}", call.namespace, call.name)
                 };
+                // `Fn("name")` names a function too; check it like a call.
+                if call.name == "Fn"
+                    && let [Expr::StringConstant(target, target_pos)] = call.args.as_slice()
+                {
+                    check(target.to_string(), *target_pos, false);
+                }
                 check(name, *pos, false);
+            }
+            // The parser turns `Fn("name")` with a literal name into a constant.
+            Some(ASTNode::Expr(Expr::DynamicConstant(value, pos))) if value.is_fnptr() => {
+                if let Some(name) = value
+                    .read_lock::<rhai::FnPtr>()
+                    .map(|f| f.fn_name().to_string())
+                {
+                    check(name, *pos, false);
+                }
             }
             Some(ASTNode::Expr(Expr::MethodCall(call, pos))) => {
                 check(call.name.to_string(), *pos, true)
