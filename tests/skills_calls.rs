@@ -134,11 +134,11 @@ fn unknown_names_and_bad_arguments_fail_before_the_skill_runs() {
     );
     assert_eq!(
         failure(&registry, "TimerSkill", "stop", &[]),
-        "TimerSkill has no function `stop`; it has `start`, `remaining`, `clear_all`"
+        "TimerSkill has no function `stop` (it has `start`, `remaining`, `clear_all`)"
     );
     assert_eq!(
         failure(&registry, "TimerSkill", "strat", &[]),
-        "TimerSkill has no function `strat`; did you mean `start`?; it has `start`, `remaining`, `clear_all`"
+        "TimerSkill has no function `strat` (it has `start`, `remaining`, `clear_all`); did you mean `start`?"
     );
     assert_eq!(
         failure(
@@ -147,7 +147,7 @@ fn unknown_names_and_bad_arguments_fail_before_the_skill_runs() {
             "_describe",
             &[json!(1), json!("x")]
         ),
-        "TimerSkill has no function `_describe`; it has `start`, `remaining`, `clear_all`"
+        "TimerSkill has no function `_describe` (it has `start`, `remaining`, `clear_all`)"
     );
     assert!(matches!(
         registry.call("TimerSkill", "start", &[json!("soon")]),

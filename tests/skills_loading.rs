@@ -267,11 +267,7 @@ fn reserved_words_and_eval_are_rejected() {
         "t.rhai",
         "//! S.\n\n/// Run.\nfn run() {\n    eval(\"1\")\n}\n",
     );
-    assert!(
-        eval.as_ref()
-            .is_err_and(|e| e.starts_with("DIR/t.rhai:5:5: ")),
-        "{eval:?}"
-    );
+    assert_eq!(eval, Err("DIR/t.rhai:5:5: `eval` is not available in skills (it would hide calls from this check); call functions directly".to_string()));
 }
 
 #[test]

@@ -83,7 +83,6 @@ fn skill_context(class: &str, settings: &HostSettings) -> Arc<SkillContext> {
 fn skill_engine(class: &str, settings: &HostSettings) -> Engine {
     let mut engine = Engine::new();
     engine.set_module_resolver(rhai::module_resolvers::DummyModuleResolver::new());
-    engine.disable_symbol("eval");
     // The deadline, not an operation count, bounds a call; these bound memory and
     // recursion. Strings must hold a whole HTTP body or file.
     engine.set_max_call_levels(64);
@@ -481,6 +480,11 @@ fn check_calls(engine: &Engine, ast: &AST) -> Result<(), (usize, usize, String)>
             return;
         }
         let (line, column) = line_col(pos);
+        if name == "eval" {
+            let message = "`eval` is not available in skills (it would hide calls from this check); call functions directly".to_string();
+            unknown.push((line, column, message));
+            return;
+        }
         let bare = name.rsplit("::").next().unwrap_or(&name);
         let hint = match suggest(bare, known.iter().map(String::as_str)).first() {
             Some(best) => format!("did you mean `{best}`?"),

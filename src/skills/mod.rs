@@ -308,9 +308,9 @@ pub enum CallError {
     },
     /// The class exports no function with that name.
     #[error(
-        "{class} has no function `{function}`{}; it has {}",
-        did_you_mean(suggestions),
-        quoted_list(available)
+        "{class} has no function `{function}` (it has {}){}",
+        quoted_list(available),
+        did_you_mean(suggestions)
     )]
     UnknownFunction {
         /// The class.
