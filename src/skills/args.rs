@@ -159,7 +159,7 @@ fn named<'a>(f: &SkillFunction, args: &'a [Value]) -> Option<&'a serde_json::Map
 }
 
 /// `string "loud"`, `int 5`, `map {...}`: a value's type and a short rendering.
-fn describe(value: &Value) -> String {
+pub(crate) fn describe(value: &Value) -> String {
     let kind = match value {
         Value::Null => return "()".to_string(),
         Value::Bool(_) => "bool",

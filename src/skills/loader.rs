@@ -562,15 +562,34 @@ impl Runtime {
             )
         });
         match result {
-            Ok(value) => dynamic_to_json(&value).map_err(|what| CallError::Failed {
-                message: format!(
-                    "{}:{}: {} returned {what}, which cannot be sent as JSON; return numbers, strings, bools, arrays, maps or ()",
-                    self.file.display(),
-                    f.line,
-                    f.qualified_name()
-                ),
-            }),
-            Err(e) if matches!(e.unwrap_inner(), EvalAltResult::ErrorTerminated(..)) || started.elapsed() >= timeout => {
+            Ok(value) => {
+                let json = dynamic_to_json(&value).map_err(|what| CallError::Failed {
+                    message: format!(
+                        "{}:{}: {} returned {what}, which cannot be sent as JSON; return numbers, strings, bools, arrays, maps or ()",
+                        self.file.display(),
+                        f.line,
+                        f.qualified_name()
+                    ),
+                })?;
+                // The value is passed on as it is; a mismatch means the docs lie to the
+                // model, which the skill's author should hear about.
+                let widened = f.returns == ValueType::Float && json.is_i64();
+                if !f.returns.accepts(&json) && !widened {
+                    tracing::warn!(
+                        function = %f.qualified_name(),
+                        file = %self.file.display(),
+                        line = f.line,
+                        "returned {} but its doc comment says `@return {}`",
+                        super::args::describe(&json),
+                        f.returns
+                    );
+                }
+                Ok(json)
+            }
+            Err(e)
+                if matches!(e.unwrap_inner(), EvalAltResult::ErrorTerminated(..))
+                    || started.elapsed() >= timeout =>
+            {
                 Err(CallError::Timeout {
                     function: f.qualified_name(),
                     after: timeout,

@@ -527,6 +527,9 @@ impl Registry {
 
     /// Calls `class.function` with positional arguments, or named ones as a single JSON
     /// object (see [`args::bind`]), within `settings.call_timeout`.
+    ///
+    /// Policy is the caller's: this runs `@no_model` and `@confirm` functions like any
+    /// other. Blocks the calling thread for as long as the skill runs.
     pub fn call(
         &self,
         class: &str,
