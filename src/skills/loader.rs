@@ -70,17 +70,18 @@ pub(crate) struct Runtime {
 
 /// Builds the host context of one skill class.
 ///
-/// The one place that knows how a skill's storage is made.
-fn skill_context(class: &str, settings: &HostSettings) -> Arc<SkillContext> {
-    Arc::new(SkillContext {
+/// The one place that knows how a skill's storage is made; fallible because opening
+/// storage is, and its error becomes the file's load error.
+fn skill_context(class: &str, settings: &HostSettings) -> Result<Arc<SkillContext>, String> {
+    Ok(Arc::new(SkillContext {
         class: class.to_string(),
         settings: settings.clone(),
         store: Store,
-    })
+    }))
 }
 
 /// A skill engine: limits, the deadline check, output to the log, the host API.
-fn skill_engine(class: &str, settings: &HostSettings) -> Engine {
+fn skill_engine(class: &str, settings: &HostSettings) -> Result<Engine, String> {
     let mut engine = Engine::new();
     engine.set_module_resolver(rhai::module_resolvers::DummyModuleResolver::new());
     // The deadline, not an operation count, bounds a call; these bound memory and
@@ -102,8 +103,8 @@ fn skill_engine(class: &str, settings: &HostSettings) -> Engine {
     engine.on_print(move |text| tracing::info!(skill = %print_class, "{text}"));
     let debug_class = class.to_string();
     engine.on_debug(move |text, _, pos| tracing::debug!(skill = %debug_class, %pos, "{text}"));
-    host_api::register(&mut engine, skill_context(class, settings));
-    engine
+    host_api::register(&mut engine, skill_context(class, settings)?);
+    Ok(engine)
 }
 
 /// Loads every `*.rhai` file in `dir`, in file-name order.
@@ -243,7 +244,8 @@ fn load(path: &Path, settings: &HostSettings) -> Result<(SkillClass, (usize, usi
         }
     };
 
-    let engine = skill_engine(&class_name, settings);
+    let engine = skill_engine(&class_name, settings)
+        .map_err(|e| at(0, 0, format!("cannot set up skill `{class_name}`: {e}")))?;
     let ast = engine.compile(&text).map_err(|e| syntax_error(path, &e))?;
     if let Some(stmt) = ast.statements().first() {
         let (line, column) = line_col(stmt.position());
