@@ -354,3 +354,14 @@ fn parameters_come_from_rhai_and_fn_lines_in_strings_are_not_functions() {
         errors[0]
     );
 }
+
+#[test]
+fn a_blank_line_between_docs_and_fn_is_forgiven_but_code_is_not() {
+    let gap = "//! S.\n\n/// Run.\n\nfn run() {}\n";
+    assert_eq!(load_text("t.rhai", gap), Ok("TSkill".to_string()));
+    let comment = "//! S.\n\n/// Run.\n// A plain comment.\nfn run() {}\n";
+    assert_eq!(
+        load_text("t.rhai", comment),
+        Err("DIR/t.rhai:5:4: function `run` has no summary; add a `/// One-line summary.` line above it".to_string())
+    );
+}

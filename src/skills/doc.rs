@@ -72,7 +72,8 @@ pub(crate) fn scan(text: &str) -> Scan {
         } else if let Some(mut f) = fn_line(line, indent, trimmed) {
             f.doc = std::mem::take(&mut pending);
             scan.fns.push(f);
-        } else {
+        } else if !trimmed.is_empty() {
+            // Blank lines between a doc block and its `fn` are forgiven.
             pending.clear();
         }
     }

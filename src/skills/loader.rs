@@ -18,7 +18,7 @@
 //!   with method syntax (`obj.action()`) therefore fails the check; use
 //!   `obj.action.call()`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -463,7 +463,8 @@ fn function(class: &str, path: &Path, f: &FnLine) -> Result<SkillFunction, DocEr
 /// Checks that every function the script calls exists; the first unknown one (by
 /// position) is the error.
 fn check_calls(engine: &Engine, ast: &AST) -> Result<(), (usize, usize, String)> {
-    let mut known: HashSet<String> = engine
+    // Sorted, so that equally close suggestions come out the same on every run.
+    let mut known: BTreeSet<String> = engine
         .gen_fn_signatures(true)
         .iter()
         .filter_map(|s| s.split('(').next())
@@ -488,7 +489,11 @@ fn check_calls(engine: &Engine, ast: &AST) -> Result<(), (usize, usize, String)>
             return;
         }
         let bare = name.rsplit("::").next().unwrap_or(&name);
-        let hint = match suggest(bare, known.iter().map(String::as_str)).first() {
+        let callable = known
+            .iter()
+            .map(String::as_str)
+            .filter(|k| k.starts_with(|c: char| c.is_alphabetic() || c == '_'));
+        let hint = match suggest(bare, callable).first() {
             Some(best) => format!("did you mean `{best}`?"),
             None if name.contains("::") => "skills cannot import modules".to_string(),
             None => "define it in this file or use a host API function (see skills/README.md)"
