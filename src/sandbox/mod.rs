@@ -1,4 +1,15 @@
 //! The wasmtime sandbox that runs model-written Rhai (DESIGN.md 2.3).
+//!
+//! Model-written code is untrusted: it runs in a Rhai interpreter compiled to wasm
+//! (the `guest/` crate), in a fresh wasmtime instance per run, and its only way out
+//! is the `device` object, whose requests reach a [`DeviceHandler`] as JSON. Each run
+//! is bounded in memory, wall-clock time, output and Rhai's own operation, size and
+//! depth counts, and ends in exactly one [`RunOutcome`].
+
+mod engine_config;
+mod runtime;
+
+pub use runtime::{Sandbox, SandboxError};
 
 use std::time::Duration;
 
@@ -121,5 +132,34 @@ impl std::fmt::Display for LimitKind {
             LimitKind::DataSize => "data size",
             LimitKind::Depth => "nesting depth",
         })
+    }
+}
+
+/// Sizes chosen for a spoke answering one voice request: ample for any script a
+/// model writes to serve it, small enough that a runaway script ends quickly and
+/// several runs fit on a Raspberry Pi.
+///
+/// - memory 32 MiB: the interpreter itself needs ~2 MiB; the rest is data.
+/// - wall time 5 s: well past any sensible script; skill calls are not counted.
+/// - output 64 KiB: far more than a model should read back.
+/// - 5 million operations: ~0.2-0.4 s of busy looping in the sandbox; it stops
+///   a runaway loop long before the wall clock would.
+/// - strings 64 KiB, arrays and maps 10 000 entries: Rhai re-measures a container on
+///   every change (quadratic), so these stay modest; the memory cap is the backstop.
+/// - call depth 48, expression depth 64: deep enough for any sane script; the
+///   sandbox's stack holds more, so Rhai reports the limit before wasm runs out.
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory_bytes: 32 * 1024 * 1024,
+            wall_time: Duration::from_secs(5),
+            output_bytes: 64 * 1024,
+            max_operations: 5_000_000,
+            max_string_size: 64 * 1024,
+            max_array_size: 10_000,
+            max_map_size: 10_000,
+            max_call_depth: 48,
+            max_expr_depth: 64,
+        }
     }
 }
