@@ -1,1 +1,335 @@
-//! cli
+//! The command line: `strawberry-spoke <command>`.
+//!
+//! This is the binary's edge: errors become `anyhow` here and a message on stderr.
+//! Exit status: 0 success, 1 the spoke itself could not start (bad config, no
+//! sandbox), 2 the thing asked for failed (a script error, a failing skill call,
+//! broken skill files in `skills check`).
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::device::{ConsoleConfirm, Device};
+use crate::sandbox::Sandbox;
+use crate::skills::{LoadError, Registry, SkillClass, SkillFunction};
+
+/// A voice-assistant spoke: skills, a sandbox for model-written code, and (soon) the
+/// microphone, the hub and MQTT.
+#[derive(Debug, Parser)]
+#[command(name = "strawberry-spoke", version, about)]
+pub struct Cli {
+    /// Config file [default: /etc/strawberry-spoke/config.toml when it exists].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Inspect the configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// List, inspect, call and check skills.
+    #[command(subcommand)]
+    Skills(SkillsCommand),
+    /// Run Rhai code in the sandbox against the loaded skills, as model code runs.
+    Exec {
+        /// A file of Rhai code, or `-` for standard input.
+        #[arg(value_name = "FILE|-", conflicts_with = "code")]
+        file: Option<PathBuf>,
+        /// The code itself.
+        #[arg(short = 'e', long = "eval", value_name = "CODE")]
+        code: Option<String>,
+    },
+}
+
+/// `config ...`
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the effective configuration (defaults, file, environment), secrets masked.
+    Show,
+}
+
+/// `skills ...`
+#[derive(Debug, Subcommand)]
+pub enum SkillsCommand {
+    /// Every loaded skill function with its signature and summary.
+    List,
+    /// A class (`VolumeSkill`) or a function (`VolumeSkill.set`, or a unique `set`) in full.
+    Info {
+        /// Class or function name.
+        name: String,
+    },
+    /// Call a skill function directly, as a person (no confirmation asked).
+    Call {
+        /// `Class.fn`, or a unique `fn`.
+        name: String,
+        /// Arguments as JSON: an array for positional, an object for named, or one value.
+        #[arg(default_value = "[]")]
+        args: String,
+    },
+    /// Validate skill files and print what the model would see of them.
+    Check {
+        /// Folder to check [default: skills.dir from the config].
+        dir: Option<PathBuf>,
+    },
+}
+
+/// Runs the command line and returns the process exit status.
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    let config = Config::load(cli.config.as_deref(), std::env::vars())?;
+    init_logging(&config);
+    match cli.command {
+        Command::Config(ConfigCommand::Show) => {
+            print!("{}", config.to_masked_toml()?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Skills(cmd) => skills(&config, cmd),
+        Command::Exec { file, code } => exec(&config, file.as_deref(), code),
+    }
+}
+
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&config.log.level))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Logs go to stderr: stdout carries what the user asked for.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
+/// Loads the skill folder; broken files are reported and skipped.
+fn load_skills(config: &Config, dir: &Path) -> Registry {
+    let (registry, errors) = Registry::load(dir, &config.host_settings());
+    report_load_errors(&errors);
+    registry
+}
+
+fn report_load_errors(errors: &[LoadError]) {
+    for error in errors {
+        eprintln!("warning: skipped: {error}");
+    }
+}
+
+fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
+    match cmd {
+        SkillsCommand::List => {
+            let registry = load_skills(config, &config.skills.dir);
+            let mut out = String::new();
+            for skill in registry.classes() {
+                out.push_str(&format!("{}  {}\n", skill.name, skill.summary));
+                for f in &skill.functions {
+                    out.push_str(&format!("  {}  {}{}\n", f.signature(), f.summary, marks(f)));
+                }
+            }
+            if registry.classes().is_empty() {
+                eprintln!("no skills in {}", config.skills.dir.display());
+            }
+            print_out(&out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillsCommand::Info { name } => {
+            let registry = load_skills(config, &config.skills.dir);
+            if let Some(skill) = registry.class(&name) {
+                print_out(&render_class(skill))?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            match registry.function(&name) {
+                Ok(f) => {
+                    print_out(&render_function(f))?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    Ok(ExitCode::from(2))
+                }
+            }
+        }
+        SkillsCommand::Call { name, args } => {
+            let registry = load_skills(config, &config.skills.dir);
+            let args = parse_call_args(&args)?;
+            let f = match registry.function(&name) {
+                Ok(f) => f,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            match registry.call(&f.class, &f.name, &args) {
+                Ok(value) => {
+                    print_out(&format!("{}\n", serde_json::to_string_pretty(&value)?))?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    Ok(ExitCode::from(2))
+                }
+            }
+        }
+        SkillsCommand::Check { dir } => {
+            let dir = dir.unwrap_or_else(|| config.skills.dir.clone());
+            let (registry, errors) = Registry::load(&dir, &config.host_settings());
+            let mut out = String::new();
+            for skill in registry.classes() {
+                out.push_str(&render_class(skill));
+                out.push('\n');
+            }
+            let functions: usize = registry.classes().iter().map(|c| c.functions.len()).sum();
+            out.push_str(&format!(
+                "{}: {} skill classes, {} functions loaded, {} error(s)\n",
+                dir.display(),
+                registry.classes().len(),
+                functions,
+                errors.len()
+            ));
+            print_out(&out)?;
+            for error in &errors {
+                eprintln!("{error}");
+            }
+            Ok(if errors.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            })
+        }
+    }
+}
+
+/// `[1, 2]` positional, `{"level": 3}` named, anything else one positional argument.
+fn parse_call_args(text: &str) -> Result<Vec<Value>> {
+    let value: Value = serde_json::from_str(text).with_context(|| {
+        format!("arguments must be JSON, e.g. '[50]' or '{{\"level\": 50}}'; got {text}")
+    })?;
+    Ok(match value {
+        Value::Array(items) => items,
+        other => vec![other],
+    })
+}
+
+fn marks(f: &SkillFunction) -> &'static str {
+    match (f.confirm, f.model_callable) {
+        (_, false) => "  [not for model code]",
+        (true, true) => "  [asks for confirmation]",
+        (false, true) => "",
+    }
+}
+
+/// A class as the model sees it: summary, functions with signatures and docstrings,
+/// and the examples that become few-shot prompts.
+fn render_class(skill: &SkillClass) -> String {
+    let mut out = format!(
+        "{}  ({})\n  {}\n",
+        skill.name,
+        skill.file.display(),
+        skill.summary
+    );
+    if !skill.description.is_empty() {
+        out.push_str(&indent(&skill.description, 2));
+    }
+    for f in &skill.functions {
+        out.push('\n');
+        out.push_str(&indent(&render_function(f), 2));
+    }
+    for example in &skill.examples {
+        out.push_str(&format!("\n  example: {}\n", example.request));
+        out.push_str(&indent(&example.code, 4));
+    }
+    out
+}
+
+fn render_function(f: &SkillFunction) -> String {
+    let mut out = format!("{}.{}{}\n", f.class, f.signature(), marks(f));
+    out.push_str(&indent(&f.summary, 2));
+    if !f.docstring.is_empty() && f.docstring != f.summary {
+        out.push_str(&indent(&f.docstring, 2));
+    }
+    out
+}
+
+fn indent(text: &str, by: usize) -> String {
+    let pad = " ".repeat(by);
+    text.lines().map(|l| format!("{pad}{l}\n")).collect()
+}
+
+fn exec(config: &Config, file: Option<&Path>, code: Option<String>) -> Result<ExitCode> {
+    let code = match (code, file) {
+        (Some(code), _) => code,
+        (None, Some(path)) if path == Path::new("-") => read_stdin()?,
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read script {}", path.display()))?,
+        (None, None) if !std::io::stdin().is_terminal() => read_stdin()?,
+        (None, None) => bail!("nothing to run: give a FILE, `-` for standard input, or -e CODE"),
+    };
+    let sandbox = Sandbox::new(config.sandbox.limits()).context("cannot start the sandbox")?;
+    let registry = Arc::new(load_skills(config, &config.skills.dir));
+    let device = Device::new(
+        config.device.name.clone(),
+        registry,
+        Arc::new(ConsoleConfirm),
+    );
+    let outcome = sandbox.run(&code, &device);
+    print_out(&outcome.output)?;
+    match outcome.result {
+        Ok(Value::Null) => Ok(ExitCode::SUCCESS),
+        Ok(Value::String(s)) => {
+            print_out(&format!("{s}\n"))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(value) => {
+            print_out(&format!("{value}\n"))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+fn read_stdin() -> Result<String> {
+    let mut code = String::new();
+    std::io::stdin()
+        .read_to_string(&mut code)
+        .context("cannot read the script from standard input")?;
+    Ok(code)
+}
+
+/// Writes to stdout; a closed pipe (`| head`) is not an error worth a message.
+fn print_out(text: &str) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_args_forms() {
+        assert_eq!(
+            parse_call_args("[1, \"a\"]").unwrap(),
+            vec![Value::from(1), Value::from("a")]
+        );
+        assert_eq!(parse_call_args("{\"level\": 3}").unwrap().len(), 1);
+        assert_eq!(parse_call_args("5").unwrap(), vec![Value::from(5)]);
+        assert!(parse_call_args("[1,").is_err());
+    }
+}

@@ -1,1 +1,570 @@
-//! config
+//! The configuration: a TOML file, environment overrides, built-in defaults.
+//!
+//! Precedence, lowest first: built-in defaults, the file (`--config PATH`, default
+//! [`DEFAULT_PATH`]; a missing default file just means defaults), then environment
+//! variables `STRAWBERRY_SPOKE__SECTION__KEY=value`. Unknown keys and wrong types are
+//! errors naming the key and where it came from (the file or the variable), because a
+//! typo that silently falls back to a default is the hardest misconfiguration to find.
+//!
+//! Relative paths in the file are taken relative to the file's directory; relative
+//! paths from defaults or the environment relative to the working directory.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::sandbox::Limits;
+use crate::skills::host_api::HostSettings;
+
+/// Where the daemon looks for its config when `--config` is not given.
+pub const DEFAULT_PATH: &str = "/etc/strawberry-spoke/config.toml";
+
+/// Prefix of environment overrides; sections and keys are separated by `__`.
+pub const ENV_PREFIX: &str = "STRAWBERRY_SPOKE__";
+
+/// Key names whose values `config show` masks.
+const SECRET_KEY_PARTS: [&str; 4] = ["password", "api_key", "token", "secret"];
+
+/// The whole configuration. Every section and key has a default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// This device.
+    pub device: DeviceConfig,
+    /// Skill files and what they may do on the host.
+    pub skills: SkillsConfig,
+    /// Limits for model-written code.
+    pub sandbox: SandboxConfig,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+/// `[device]`: who this spoke is and where it keeps its data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeviceConfig {
+    /// Display name, shown to the model and to other spokes. Default: the host name.
+    pub name: String,
+    /// Persistent data (skill storage). Default: `$STATE_DIRECTORY` (set by systemd's
+    /// `StateDirectory=`), else `$XDG_DATA_HOME/strawberry-spoke`, else
+    /// `~/.local/share/strawberry-spoke`.
+    pub data_dir: PathBuf,
+}
+
+/// `[skills]`: the skill folder and the host API's bounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SkillsConfig {
+    /// Folder of `.rhai` skill files. Default: `skills` in the working directory.
+    pub dir: PathBuf,
+    /// Timeout of one skill call, everything it does included.
+    pub call_timeout_ms: u64,
+    /// Default timeout of one `command(...)` in a skill.
+    pub command_timeout_ms: u64,
+    /// Default timeout of one HTTP request in a skill.
+    pub http_timeout_ms: u64,
+    /// Largest HTTP response body a skill accepts.
+    pub http_max_bytes: usize,
+    /// Largest file `read_file` returns.
+    pub file_max_bytes: usize,
+}
+
+/// `[sandbox]`: limits for every run of model-written code.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxConfig {
+    /// Guest memory, in MiB.
+    pub memory_mib: u64,
+    /// Wall-clock time of a script, skill calls excluded.
+    pub timeout_ms: u64,
+    /// Output a script may print.
+    pub output_bytes: usize,
+    /// Rhai operations per run.
+    pub max_operations: u64,
+    /// Longest string.
+    pub max_string_bytes: usize,
+    /// Most elements in an array.
+    pub max_array_len: usize,
+    /// Most entries in a map.
+    pub max_map_len: usize,
+    /// Deepest function-call nesting.
+    pub max_call_depth: usize,
+    /// Deepest expression nesting.
+    pub max_expr_depth: usize,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// A `tracing` filter: `info`, `debug`, `strawberry_spoke::sandbox=debug,info`...
+    /// `RUST_LOG` wins when set.
+    pub level: String,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        DeviceConfig {
+            name: host_name(),
+            data_dir: default_data_dir(),
+        }
+    }
+}
+
+impl Default for SkillsConfig {
+    fn default() -> Self {
+        let host = HostSettings::default();
+        SkillsConfig {
+            dir: PathBuf::from("skills"),
+            call_timeout_ms: millis(host.call_timeout),
+            command_timeout_ms: millis(host.command_timeout),
+            http_timeout_ms: millis(host.http_timeout),
+            http_max_bytes: host.http_max_bytes,
+            file_max_bytes: host.file_max_bytes,
+        }
+    }
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        let limits = Limits::default();
+        SandboxConfig {
+            memory_mib: limits.memory_bytes / (1024 * 1024),
+            timeout_ms: millis(limits.wall_time),
+            output_bytes: limits.output_bytes,
+            max_operations: limits.max_operations,
+            max_string_bytes: limits.max_string_size,
+            max_array_len: limits.max_array_size,
+            max_map_len: limits.max_map_size,
+            max_call_depth: limits.max_call_depth,
+            max_expr_depth: limits.max_expr_depth,
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".into(),
+        }
+    }
+}
+
+impl SandboxConfig {
+    /// The sandbox limits these settings describe.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            memory_bytes: self.memory_mib * 1024 * 1024,
+            wall_time: Duration::from_millis(self.timeout_ms),
+            output_bytes: self.output_bytes,
+            max_operations: self.max_operations,
+            max_string_size: self.max_string_bytes,
+            max_array_size: self.max_array_len,
+            max_map_size: self.max_map_len,
+            max_call_depth: self.max_call_depth,
+            max_expr_depth: self.max_expr_depth,
+        }
+    }
+}
+
+impl Config {
+    /// What skills may do on the host.
+    pub fn host_settings(&self) -> HostSettings {
+        HostSettings {
+            data_dir: self.device.data_dir.clone(),
+            call_timeout: Duration::from_millis(self.skills.call_timeout_ms),
+            command_timeout: Duration::from_millis(self.skills.command_timeout_ms),
+            http_timeout: Duration::from_millis(self.skills.http_timeout_ms),
+            http_max_bytes: self.skills.http_max_bytes,
+            file_max_bytes: self.skills.file_max_bytes,
+        }
+    }
+
+    /// Loads the configuration. With `path == None` the default file is read when it
+    /// exists; an explicit path must exist. Environment overrides come from `env`
+    /// (normally `std::env::vars()`), so tests need not touch the process environment.
+    pub fn load(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let (file, mut table) = match path {
+            Some(path) => (Some(path.to_path_buf()), read_table(path)?),
+            None => {
+                let default = Path::new(DEFAULT_PATH);
+                if default.exists() {
+                    (Some(default.to_path_buf()), read_table(default)?)
+                } else {
+                    (None, toml::Table::new())
+                }
+            }
+        };
+        let from_file = table.clone();
+        let mut env_keys = Vec::new();
+        for (var, value) in env {
+            let Some(rest) = var.strip_prefix(ENV_PREFIX) else {
+                continue;
+            };
+            let key = env_key(&var, rest)?;
+            insert(&mut table, &key, parse_env_value(&value));
+            env_keys.push((key.join("."), var));
+        }
+
+        let origin = |key: &str| match env_keys.iter().find(|(k, _)| k == key) {
+            Some((_, var)) => format!("environment variable {var}"),
+            None => match &file {
+                Some(path) => path.display().to_string(),
+                None => "built-in defaults".into(),
+            },
+        };
+        let mut config: Config = serde_path_to_error::deserialize(table).map_err(|err| {
+            let key = err.path().to_string();
+            ConfigError::Invalid {
+                origin: origin(&key),
+                key,
+                message: err.into_inner().message().to_string(),
+            }
+        })?;
+        if let Some(dir) = file.as_deref().and_then(Path::parent) {
+            config.resolve_relative_to(dir, &from_file);
+        }
+        config.validate(&origin)?;
+        Ok(config)
+    }
+
+    /// Makes paths that came from the file relative to the file's directory.
+    fn resolve_relative_to(&mut self, dir: &Path, from_file: &toml::Table) {
+        let in_file = |section: &str, key: &str| {
+            from_file
+                .get(section)
+                .and_then(|s| s.get(key))
+                .is_some_and(|v| v.as_str().is_some_and(|p| Path::new(p).is_relative()))
+        };
+        if in_file("skills", "dir") {
+            self.skills.dir = dir.join(&self.skills.dir);
+        }
+        if in_file("device", "data_dir") {
+            self.device.data_dir = dir.join(&self.device.data_dir);
+        }
+    }
+
+    /// Rejects values that parse but cannot work.
+    fn validate(&self, origin: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+        let positive: [(&str, u64); 7] = [
+            ("sandbox.memory_mib", self.sandbox.memory_mib),
+            ("sandbox.timeout_ms", self.sandbox.timeout_ms),
+            ("sandbox.max_operations", self.sandbox.max_operations),
+            ("skills.call_timeout_ms", self.skills.call_timeout_ms),
+            ("skills.command_timeout_ms", self.skills.command_timeout_ms),
+            ("skills.http_timeout_ms", self.skills.http_timeout_ms),
+            ("skills.http_max_bytes", self.skills.http_max_bytes as u64),
+        ];
+        for (key, value) in positive {
+            if value == 0 {
+                return Err(ConfigError::Invalid {
+                    origin: origin(key),
+                    key: key.into(),
+                    message: "must be greater than 0".into(),
+                });
+            }
+        }
+        if self.sandbox.memory_mib > 4095 {
+            return Err(ConfigError::Invalid {
+                origin: origin("sandbox.memory_mib"),
+                key: "sandbox.memory_mib".into(),
+                message: "the guest is 32-bit wasm: at most 4095 MiB".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as TOML, secrets masked, for `config show`.
+    pub fn to_masked_toml(&self) -> Result<String, ConfigError> {
+        let mut table =
+            toml::Table::try_from(self).map_err(|e| ConfigError::Render(e.to_string()))?;
+        mask_secrets(&mut table);
+        toml::to_string_pretty(&table).map_err(|e| ConfigError::Render(e.to_string()))
+    }
+}
+
+/// What is wrong with the configuration. Each names where the bad value came from.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML.
+    #[error("{path}: {message}")]
+    Syntax { path: PathBuf, message: String },
+    /// An environment variable does not name a key.
+    #[error("environment variable {var}: {message}")]
+    EnvKey { var: String, message: String },
+    /// A key is unknown or its value has the wrong type or range.
+    #[error("{origin}: `{key}`: {message}")]
+    Invalid {
+        origin: String,
+        key: String,
+        message: String,
+    },
+    /// The configuration could not be rendered back to TOML.
+    #[error("cannot render the configuration: {0}")]
+    Render(String),
+}
+
+fn read_table(path: &Path) -> Result<toml::Table, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    text.parse::<toml::Table>()
+        .map_err(|e| ConfigError::Syntax {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })
+}
+
+/// `SECTION__KEY` -> `["section", "key"]`.
+fn env_key(var: &str, rest: &str) -> Result<Vec<String>, ConfigError> {
+    let parts: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+    if parts.len() < 2 || parts.iter().any(String::is_empty) {
+        return Err(ConfigError::EnvKey {
+            var: var.into(),
+            message: format!(
+                "expected {ENV_PREFIX}SECTION__KEY, e.g. {ENV_PREFIX}SANDBOX__TIMEOUT_MS"
+            ),
+        });
+    }
+    Ok(parts)
+}
+
+/// An environment value is read as a TOML value when it is one (`30`, `true`,
+/// `"text"`, `[1, 2]`), else taken as a plain string (`/var/lib/x`, `kitchen`).
+fn parse_env_value(value: &str) -> toml::Value {
+    format!("v = {value}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(value.to_string()))
+}
+
+fn insert(table: &mut toml::Table, key: &[String], value: toml::Value) {
+    let Some((last, sections)) = key.split_last() else {
+        return;
+    };
+    let mut current = table;
+    for section in sections {
+        let entry = current
+            .entry(section.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if !entry.is_table() {
+            // A scalar where a section belongs: replace it, so that deserialising
+            // reports the section's keys instead of silently dropping the override.
+            *entry = toml::Value::Table(toml::Table::new());
+        }
+        let toml::Value::Table(next) = entry else {
+            return;
+        };
+        current = next;
+    }
+    current.insert(last.clone(), value);
+}
+
+fn mask_secrets(table: &mut toml::Table) {
+    for (key, value) in table.iter_mut() {
+        match value {
+            toml::Value::Table(inner) => mask_secrets(inner),
+            toml::Value::String(s)
+                if !s.is_empty() && SECRET_KEY_PARTS.iter().any(|p| key.contains(p)) =>
+            {
+                *s = "********".into();
+            }
+            _ => {}
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "spoke".into())
+}
+
+fn default_data_dir() -> PathBuf {
+    let var = |name| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(state) = var("STATE_DIRECTORY") {
+        return state;
+    }
+    if let Some(data) = var("XDG_DATA_HOME") {
+        return data.join("strawberry-spoke");
+    }
+    var("HOME")
+        .unwrap_or_else(|| PathBuf::from("/var/lib"))
+        .join(".local/share/strawberry-spoke")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn write(text: &str) -> tempfile::NamedTempFile {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), text).unwrap();
+        file
+    }
+
+    #[test]
+    fn defaults_when_no_file() {
+        let config = Config::load(None, env(&[])).unwrap();
+        assert_eq!(config.sandbox.limits(), Limits::default());
+        assert_eq!(config.skills.dir, PathBuf::from("skills"));
+    }
+
+    #[test]
+    fn file_then_environment() {
+        let file = write("[sandbox]\ntimeout_ms = 1500\nmemory_mib = 16\n");
+        let config = Config::load(
+            Some(file.path()),
+            env(&[
+                ("STRAWBERRY_SPOKE__SANDBOX__MEMORY_MIB", "8"),
+                ("OTHER", "x"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.sandbox.timeout_ms, 1500);
+        assert_eq!(config.sandbox.memory_mib, 8);
+    }
+
+    #[test]
+    fn environment_strings_need_no_quotes() {
+        let config = Config::load(
+            None,
+            env(&[
+                ("STRAWBERRY_SPOKE__DEVICE__NAME", "kitchen"),
+                ("STRAWBERRY_SPOKE__SKILLS__DIR", "/srv/skills"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.device.name, "kitchen");
+        assert_eq!(config.skills.dir, PathBuf::from("/srv/skills"));
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_file() {
+        let file = write("[sandbox]\ntimeout = 3\n");
+        let err = Config::load(Some(file.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&file.path().display().to_string()), "{err}");
+        assert!(err.contains("sandbox.timeout"), "{err}");
+        assert!(err.contains("unknown field"), "{err}");
+    }
+
+    #[test]
+    fn unknown_section_is_an_error() {
+        let file = write("[sandbx]\ntimeout_ms = 3\n");
+        let err = Config::load(Some(file.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("sandbx"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_from_environment_names_the_variable() {
+        let err = Config::load(
+            None,
+            env(&[("STRAWBERRY_SPOKE__SANDBOX__TIMEOUT_MS", "soon")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("environment variable STRAWBERRY_SPOKE__SANDBOX__TIMEOUT_MS"),
+            "{err}"
+        );
+        assert!(err.contains("sandbox.timeout_ms"), "{err}");
+    }
+
+    #[test]
+    fn environment_variable_without_key_is_an_error() {
+        let err = Config::load(None, env(&[("STRAWBERRY_SPOKE__SANDBOX", "1")])).unwrap_err();
+        assert!(matches!(err, ConfigError::EnvKey { .. }), "{err}");
+    }
+
+    #[test]
+    fn syntax_error_names_file_and_line() {
+        let file = write("[sandbox]\ntimeout_ms = = 3\n");
+        let err = Config::load(Some(file.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&file.path().display().to_string()), "{err}");
+        assert!(err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn missing_explicit_file_is_an_error() {
+        let err = Config::load(Some(Path::new("/nonexistent/spoke.toml")), env(&[])).unwrap_err();
+        assert!(matches!(err, ConfigError::Read { .. }), "{err}");
+    }
+
+    #[test]
+    fn zero_limit_is_rejected() {
+        let file = write("[sandbox]\ntimeout_ms = 0\n");
+        let err = Config::load(Some(file.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("sandbox.timeout_ms") && err.contains("greater than 0"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn relative_paths_follow_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "[skills]\ndir = \"my-skills\"\n").unwrap();
+        let config = Config::load(Some(&path), env(&[])).unwrap();
+        assert_eq!(config.skills.dir, dir.path().join("my-skills"));
+    }
+
+    #[test]
+    fn show_masks_secrets() {
+        let mut table = toml::Table::new();
+        insert(
+            &mut table,
+            &["hub".into(), "api_key".into()],
+            toml::Value::String("sk-123".into()),
+        );
+        insert(
+            &mut table,
+            &["hub".into(), "model".into()],
+            toml::Value::String("gemma".into()),
+        );
+        mask_secrets(&mut table);
+        let text = toml::to_string(&table).unwrap();
+        assert!(
+            !text.contains("sk-123") && text.contains("********") && text.contains("gemma"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,285 @@
+//! The command line as a newcomer uses it: the real binary, a skills folder on disk,
+//! exit statuses and messages.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use std::io::Write;
+
+const HELLO_SKILL: &str = r#"//! Greets people by name.
+
+/// Say hello to someone.
+///
+/// @param name: string  Who to greet.
+/// @return string  The greeting.
+fn hello(name) {
+    `Hello, ${name}!`
+}
+
+/// Forget everything.
+///
+/// @confirm
+fn forget() {
+    "forgotten"
+}
+
+/// Something only a person may run.
+///
+/// @no_model
+fn reset() {
+    "reset"
+}
+"#;
+
+struct Spoke {
+    skills: tempfile::TempDir,
+    data: tempfile::TempDir,
+}
+
+impl Spoke {
+    fn new() -> Spoke {
+        Spoke {
+            skills: tempfile::tempdir().unwrap(),
+            data: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn with_skill(self, file: &str, text: &str) -> Spoke {
+        std::fs::write(self.skills.path().join(file), text).unwrap();
+        self
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_strawberry-spoke"));
+        cmd.args(args)
+            .env("STRAWBERRY_SPOKE__SKILLS__DIR", self.skills.path())
+            .env("STRAWBERRY_SPOKE__DEVICE__DATA_DIR", self.data.path())
+            .env("STRAWBERRY_SPOKE__DEVICE__NAME", "Test Box")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    fn run_with_stdin(&self, args: &[&str], input: &str) -> Output {
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    }
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn dropped_skill_is_listed_and_callable_from_exec() {
+    let spoke = Spoke::new().with_skill("greeter.rhai", HELLO_SKILL);
+    let list = spoke.run(&["skills", "list"]);
+    assert!(list.status.success(), "{}", stderr(&list));
+    assert!(stdout(&list).contains("GreeterSkill"), "{}", stdout(&list));
+    assert!(
+        stdout(&list).contains("hello(name: string) -> string"),
+        "{}",
+        stdout(&list)
+    );
+
+    let out = spoke.run(&["exec", "-e", r#"print(device.GreeterSkill.hello("x"))"#]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "Hello, x!\n");
+}
+
+#[test]
+fn exec_prints_output_then_value() {
+    let spoke = Spoke::new().with_skill("greeter.rhai", HELLO_SKILL);
+    let out = spoke.run(&["exec", "-e", "print(\"a\"); 40 + 2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "a\n42\n");
+}
+
+#[test]
+fn exec_reads_file_and_stdin() {
+    let spoke = Spoke::new().with_skill("greeter.rhai", HELLO_SKILL);
+    let script = spoke.skills.path().join("script.txt");
+    std::fs::write(&script, "device.GreeterSkill.hello(#{name: \"file\"})").unwrap();
+    let out = spoke.run(&["exec", script.to_str().unwrap()]);
+    assert_eq!(stdout(&out), "Hello, file!\n", "{}", stderr(&out));
+
+    let out = spoke.run_with_stdin(&["exec", "-"], "device.GreeterSkill.hello(\"stdin\")");
+    assert_eq!(stdout(&out), "Hello, stdin!\n", "{}", stderr(&out));
+}
+
+#[test]
+fn exec_script_errors_exit_2_with_position() {
+    let spoke = Spoke::new();
+    let out = spoke.run(&["exec", "-e", "let x = 1;\nlet y = ;"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("line 2"), "{}", stderr(&out));
+
+    let out = spoke.run(&["exec", "-e", "throw \"boom\""]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("boom"), "{}", stderr(&out));
+
+    let out = spoke.run(&["exec", "-e", "loop {}"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("limit"), "{}", stderr(&out));
+}
+
+#[test]
+fn exec_wrong_arguments_name_the_signature() {
+    let spoke = Spoke::new().with_skill("greeter.rhai", HELLO_SKILL);
+    let out = spoke.run(&["exec", "-e", "device.GreeterSkill.hello(42)"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("hello(name: string) -> string"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn confirmation_without_a_terminal_is_refused_and_no_model_is_refused() {
+    let spoke = Spoke::new().with_skill("greeter.rhai", HELLO_SKILL);
+    let out = spoke.run(&["exec", "-e", "device.GreeterSkill.forget()"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("did not allow"), "{}", stderr(&out));
+
+    let out = spoke.run(&["exec", "-e", "device.GreeterSkill.reset()"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("cannot be called from scripts"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A person calling it directly is not model code.
+    let out = spoke.run(&["skills", "call", "GreeterSkill.reset"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "\"reset\"");
+}
+
+#[test]
+fn explicit_device_is_this_one_or_a_clear_error() {
+    let spoke = Spoke::new().with_skill("greeter.rhai", HELLO_SKILL);
+    let out = spoke.run(&[
+        "exec",
+        "-e",
+        r#"devices["test-box"].GreeterSkill.hello("me")"#,
+    ]);
+    assert_eq!(stdout(&out), "Hello, me!\n", "{}", stderr(&out));
+    let out = spoke.run(&["exec", "-e", r#"devices["attic"].GreeterSkill.hello("me")"#]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("attic"), "{}", stderr(&out));
+}
+
+#[test]
+fn search_from_model_code_hides_no_model_functions() {
+    let spoke = Spoke::new().with_skill("greeter.rhai", HELLO_SKILL);
+    let out = spoke.run(&[
+        "exec",
+        "-e",
+        "let r = device.search_skills(\"\"); r.map(|s| s.name)",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let names = stdout(&out);
+    assert!(
+        names.contains("GreeterSkill.hello") && !names.contains("reset"),
+        "{names}"
+    );
+}
+
+#[test]
+fn skills_call_positional_named_and_errors() {
+    let spoke = Spoke::new().with_skill("greeter.rhai", HELLO_SKILL);
+    let out = spoke.run(&["skills", "call", "GreeterSkill.hello", r#"["Ann"]"#]);
+    assert_eq!(stdout(&out).trim(), "\"Hello, Ann!\"", "{}", stderr(&out));
+    let out = spoke.run(&["skills", "call", "hello", r#"{"name": "Bo"}"#]);
+    assert_eq!(stdout(&out).trim(), "\"Hello, Bo!\"", "{}", stderr(&out));
+    let out = spoke.run(&["skills", "call", "GreeterSkill.helo"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("hello"),
+        "a suggestion: {}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn skills_info_shows_docstrings() {
+    let spoke = Spoke::new().with_skill("greeter.rhai", HELLO_SKILL);
+    let out = spoke.run(&["skills", "info", "GreeterSkill"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("Greets people by name.") && text.contains("Say hello to someone."),
+        "{text}"
+    );
+    let out = spoke.run(&["skills", "info", "GreeterSkill.forget"]);
+    assert!(stdout(&out).contains("confirmation"), "{}", stdout(&out));
+}
+
+#[test]
+fn skills_check_reports_broken_files_and_keeps_good_ones() {
+    let spoke = Spoke::new()
+        .with_skill("greeter.rhai", HELLO_SKILL)
+        .with_skill(
+            "broken.rhai",
+            "//! Broken.\n\n/// Oops.\nfn oops() {\n    let x = ;\n}\n",
+        );
+    let dir = spoke.skills.path().to_str().unwrap().to_string();
+    let out = spoke.run(&["skills", "check", &dir]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("broken.rhai:5:"), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("hello(name: string) -> string"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stdout(&out).contains("1 skill classes"), "{}", stdout(&out));
+}
+
+#[test]
+fn bundled_skills_check_clean() {
+    let bundled = Path::new(env!("CARGO_MANIFEST_DIR")).join("skills");
+    let spoke = Spoke::new();
+    let out = spoke.run(&["skills", "check", bundled.to_str().unwrap()]);
+    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+}
+
+#[test]
+fn config_show_and_errors() {
+    let spoke = Spoke::new();
+    let out = spoke.run(&["config", "show"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("name = \"Test Box\""),
+        "{}",
+        stdout(&out)
+    );
+
+    let bad = spoke.data.path().join("bad.toml");
+    std::fs::write(&bad, "[sandbox]\nmemory = 3\n").unwrap();
+    let out = spoke.run(&["--config", bad.to_str().unwrap(), "config", "show"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("sandbox.memory"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("bad.toml"), "{}", stderr(&out));
+}
