@@ -359,11 +359,15 @@ impl ResourceLimiter for MemoryCap {
     }
 }
 
+/// `run`'s parameters: code pointer and length, max operations, max string, array
+/// and map sizes, max call and expression depths, output bytes.
+type RunParams = (u32, u32, u64, u32, u32, u32, u32, u32, u32);
+
 /// The exports of one instance.
 struct Guest {
     memory: Memory,
     alloc: TypedFunc<u32, u32>,
-    run: TypedFunc<(u32, u32, u64, u32, u32, u32, u32, u32, u32), u64>,
+    run: TypedFunc<RunParams, u64>,
     output: TypedFunc<(), u64>,
 }
 
