@@ -300,6 +300,16 @@ fn skill_call(
         .read_lock::<SkillClass>()
         .map(|c| c.clone())
         .ok_or("a skill call needs its class")?;
+    if let Some(odd) = rest.iter().find(|a| a.is_fnptr() || a.is_variant()) {
+        let type_name = ctx.engine().map_type_name(odd.type_name());
+        let mut err: Box<EvalAltResult> = format!(
+            "a {type_name} cannot be passed to a skill; pass plain values \
+             (numbers, strings, booleans, arrays, maps)"
+        )
+        .into();
+        err.set_position(ctx.call_position());
+        return Err(err);
+    }
     let args = rest
         .iter()
         .map(|a| to_json(a))
