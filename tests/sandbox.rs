@@ -620,3 +620,33 @@ fn hostile_corpus() {
     let failures = failures.into_inner().unwrap();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+#[test]
+fn recursion_past_the_stack_is_the_depth_limit() {
+    // With Rhai's own limit out of the way, the wasm stack is what stops it; the
+    // host reports that as the depth limit and carries on.
+    let sandbox = Sandbox::new(Limits {
+        max_call_depth: 1_000_000,
+        ..Limits::default()
+    })
+    .unwrap();
+    let skills = FakeSkills::default();
+    for code in [
+        "fn f(n) { f(n + 1) }\nf(0)",
+        "fn f(n) { let a = [n, #{b: n}]; 1 + f(n + 1) }\nf(0)",
+    ] {
+        let outcome = sandbox.run(code, &skills);
+        assert!(
+            matches!(
+                outcome.result,
+                Err(RunError::Limit {
+                    limit: LimitKind::Depth,
+                    ..
+                })
+            ),
+            "{code}: {:?}",
+            outcome.result
+        );
+    }
+    assert_eq!(sandbox.run("1 + 1", &skills).result, Ok(json!(2)));
+}

@@ -34,9 +34,8 @@
 //! or `{"ok":false,"error":".."}`, writing it into a buffer it obtains by calling
 //! `alloc`, and returns that buffer packed; the guest takes ownership of it.
 
-use std::cell::RefCell;
-
 use std::any::TypeId;
+use std::cell::RefCell;
 use std::collections::BTreeSet;
 
 use rhai::{
@@ -189,6 +188,7 @@ unsafe fn take_buffer(packed: u64) -> Box<[u8]> {
     unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) }
 }
 
+/// Packs a buffer's address and length for the host; see the module documentation.
 fn pack(bytes: &[u8]) -> u64 {
     ((bytes.as_ptr() as usize as u64) << 32) | bytes.len() as u64
 }
@@ -266,8 +266,9 @@ fn build_engine() -> Engine {
 /// Skill function names are not known in advance: every method call the script
 /// makes (found by walking its AST, function bodies included) is registered on
 /// [`SkillClass`] with its arity, so `device.Class.name(...)` reaches [`skill_call`].
-/// Registered functions, unlike a missing-function hook, get the call's position on
-/// their errors. The engine is discarded with the instance after the run.
+/// (Rhai's missing-function hook would also do, but it runs whenever any native
+/// function fails, not only when none exists.) The engine is discarded with the
+/// instance after the run, so the registrations never outlive the script.
 fn register_skill_calls(engine: &mut Engine, ast: &rhai::AST) {
     let mut methods = BTreeSet::new();
     ast.walk(&mut |path: &[ASTNode]| {
@@ -300,6 +301,16 @@ fn skill_call(
         .read_lock::<SkillClass>()
         .map(|c| c.clone())
         .ok_or("a skill call needs its class")?;
+    if let Some(odd) = rest.iter().find(|a| a.is_fnptr() || a.is_variant()) {
+        let type_name = ctx.engine().map_type_name(odd.type_name());
+        let mut err: Box<EvalAltResult> = format!(
+            "a {type_name} cannot be passed to a skill; pass plain values \
+             (numbers, strings, booleans, arrays, maps)"
+        )
+        .into();
+        err.set_position(ctx.call_position());
+        return Err(err);
+    }
     let args = rest
         .iter()
         .map(|a| to_json(a))
@@ -423,6 +434,7 @@ pub unsafe extern "C" fn run(
     pack(json)
 }
 
+/// How a script ended, before it is encoded for the host.
 enum Outcome {
     Value(serde_json::Value),
     Syntax(String, Position),

@@ -7,6 +7,9 @@
 /// The compilation-relevant wasmtime settings shared by build.rs and the runtime.
 pub fn sandbox_engine_config() -> wasmtime::Config {
     let mut config = wasmtime::Config::new();
+    // Rust's wasm32 target emits reference-types and bulk-memory; wasmtime accepts
+    // both without its `gc` feature (only GC-typed references need that), so the
+    // guest is built with the target's default features and nothing is toggled.
     // The wall-clock limit: a ticker thread bumps the epoch and the store's deadline
     // callback decides whether the script's time is up.
     config.epoch_interruption(true);

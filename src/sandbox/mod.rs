@@ -148,6 +148,9 @@ impl std::fmt::Display for LimitKind {
 ///   every change (quadratic), so these stay modest; the memory cap is the backstop.
 /// - call depth 48, expression depth 64: deep enough for any sane script; the
 ///   sandbox's stack holds more, so Rhai reports the limit before wasm runs out.
+///   (Past it, the stack overflow is still reported as the depth limit.)
+///
+/// As in Rhai, 0 for one of the Rhai limits (operations, sizes, depths) means none.
 impl Default for Limits {
     fn default() -> Self {
         Limits {
