@@ -467,10 +467,15 @@ pub(crate) fn parse_fn(lines: &[DocLine]) -> Result<FnDoc, DocError> {
             }
         }
     }
-    let first = prose.iter().position(|l| !l.is_empty());
-    if let Some(first) = first {
-        doc.summary = prose[first].to_string();
-        doc.docstring = prose[first + 1..].join("\n").trim().to_string();
+    // The summary is the first paragraph, so a summary wrapped over two `///` lines
+    // stays whole; the docstring is everything after it.
+    if let Some(first) = prose.iter().position(|l| !l.is_empty()) {
+        let end = prose[first..]
+            .iter()
+            .position(|l| l.is_empty())
+            .map_or(prose.len(), |n| first + n);
+        doc.summary = prose[first..end].join(" ");
+        doc.docstring = prose[end..].join("\n").trim().to_string();
     }
     Ok(doc)
 }
