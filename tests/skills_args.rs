@@ -1,23 +1,17 @@
 //! Binding arguments to documented signatures: positional, named, defaults, errors.
 
+mod support;
+
 use std::path::Path;
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use serde_json::json;
-use strawberry_spoke::skills::{ArgError, HostSettings, Registry, SkillFunction, bind};
+use strawberry_spoke::skills::{ArgError, Registry, SkillFunction, bind};
 
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
-        let settings = HostSettings {
-            data_dir: std::env::temp_dir(),
-            call_timeout: Duration::from_secs(2),
-            command_timeout: Duration::from_secs(1),
-            http_timeout: Duration::from_secs(1),
-            http_max_bytes: 1 << 20,
-            file_max_bytes: 1 << 20,
-        };
+        let settings = support::quick_settings();
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/skills_good");
         let (registry, errors) = Registry::load(&dir, &settings);
         assert!(errors.is_empty(), "{errors:?}");

@@ -1,19 +1,13 @@
 //! Loading skill files: what good files turn into, and the exact errors of broken ones.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use strawberry_spoke::skills::{HostSettings, LoadError, LookupError, Registry, ValueType};
 
 fn settings() -> HostSettings {
-    HostSettings {
-        data_dir: std::env::temp_dir(),
-        call_timeout: Duration::from_secs(2),
-        command_timeout: Duration::from_secs(1),
-        http_timeout: Duration::from_secs(1),
-        http_max_bytes: 1 << 20,
-        file_max_bytes: 1 << 20,
-    }
+    support::quick_settings()
 }
 
 fn fixtures(name: &str) -> PathBuf {

@@ -1,19 +1,13 @@
 //! Search ranking: relevance over names and docs, typos, determinism.
 
-use std::path::Path;
-use std::time::Duration;
+mod support;
 
-use strawberry_spoke::skills::{HostSettings, Registry};
+use std::path::Path;
+
+use strawberry_spoke::skills::Registry;
 
 fn registry() -> Registry {
-    let settings = HostSettings {
-        data_dir: std::env::temp_dir(),
-        call_timeout: Duration::from_secs(2),
-        command_timeout: Duration::from_secs(1),
-        http_timeout: Duration::from_secs(1),
-        http_max_bytes: 1 << 20,
-        file_max_bytes: 1 << 20,
-    };
+    let settings = support::quick_settings();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/skills_search");
     let (registry, errors) = Registry::load(&dir, &settings);
     assert!(errors.is_empty(), "{errors:?}");

@@ -1,17 +1,12 @@
-//! Runs skill files and host API snippets in a real Rhai engine with the real host API.
-//!
-//! This is the one place that knows how a skill is called: a fresh engine, the host API
-//! registered for the skill's class, the file compiled, the function called under the
-//! call's deadline. Once the registry is merged this can become `Registry::load` +
-//! `Registry::call` without touching the tests.
+//! Runs bundled skill files through the real registry, and host API snippets in a real
+//! Rhai engine with the real host API.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
-use rhai::{AST, Dynamic, Engine, FuncArgs, Scope};
-use strawberry_spoke::skills::deadline;
+use rhai::{Dynamic, Engine, FuncArgs};
+use strawberry_spoke::skills::Registry;
 use strawberry_spoke::skills::host_api::{self, HostSettings, SkillContext};
 use strawberry_spoke::skills::storage::Store;
 
@@ -20,12 +15,12 @@ pub fn skills_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("skills")
 }
 
-/// A loaded skill file, or a bare engine with the host API when there is no file.
+/// A bundled skill file, loaded the way the daemon loads it.
 pub struct Skill {
-    engine: Engine,
-    ast: AST,
-    /// The context the host API was registered with.
-    pub ctx: Arc<SkillContext>,
+    registry: Registry,
+    class: String,
+    /// The host settings the skill was loaded with.
+    pub settings: HostSettings,
 }
 
 /// An engine with the host API for skill class `class`, storing below `settings.data_dir`.
@@ -49,13 +44,14 @@ pub fn settings(data_dir: &Path) -> HostSettings {
     }
 }
 
-/// The class a skill file declares with `//! @class`.
-fn class_of(source: &str, file: &str) -> String {
-    source
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("//! @class "))
-        .map(|c| c.trim().to_string())
-        .unwrap_or_else(|| panic!("{file} has no @class line"))
+/// Settings for registry tests: short timeouts, storage in the system temp dir.
+pub fn quick_settings() -> HostSettings {
+    HostSettings {
+        call_timeout: std::time::Duration::from_secs(2),
+        command_timeout: std::time::Duration::from_secs(1),
+        http_timeout: std::time::Duration::from_secs(1),
+        ..settings(&std::env::temp_dir())
+    }
 }
 
 impl Skill {
@@ -64,26 +60,33 @@ impl Skill {
         Skill::load_with(file, settings(data_dir))
     }
 
-    /// Loads `skills/<file>` with the given settings.
+    /// Loads `skills/<file>` with the given settings, through the registry's loader, so
+    /// its doc comments and signatures are checked exactly as at start-up.
     pub fn load_with(file: &str, settings: HostSettings) -> Skill {
-        let path = skills_dir().join(file);
-        let source = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
-        let (engine, ctx) = engine(&class_of(&source, file), settings);
-        let ast = engine
-            .compile(&source)
-            .unwrap_or_else(|e| panic!("{file}: {e}"));
-        Skill { engine, ast, ctx }
+        let class = Registry::load_file(&skills_dir().join(file), &settings)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let name = class.name.clone();
+        Skill {
+            registry: Registry::new(vec![class], settings.clone()),
+            class: name,
+            settings,
+        }
     }
 
-    /// Calls `func` with all its arguments (defaults are the registry's job), within
-    /// the call timeout; a failure comes back as its message.
+    /// Calls `func` through the registry (argument binding, defaults, deadline, value
+    /// conversion); a failure comes back as its message.
     pub fn call(&self, func: &str, args: impl FuncArgs) -> Result<Dynamic, String> {
-        let until = Instant::now() + self.ctx.settings.call_timeout;
-        deadline::with_deadline(until, || {
-            self.engine
-                .call_fn::<Dynamic>(&mut Scope::new(), &self.ast, func, args)
-                .map_err(|e| e.to_string())
-        })
+        let mut values: Vec<Dynamic> = Vec::new();
+        args.parse(&mut values);
+        let json: Vec<serde_json::Value> = values
+            .iter()
+            .map(|v| rhai::serde::from_dynamic(v).unwrap_or_else(|e| panic!("argument {v}: {e}")))
+            .collect();
+        let result = self
+            .registry
+            .call(&self.class, func, &json)
+            .map_err(|e| e.to_string())?;
+        Ok(rhai::serde::to_dynamic(&result).unwrap_or_else(|e| panic!("result {result}: {e}")))
     }
 
     /// Like [`Skill::call`], panicking with the message on failure.
