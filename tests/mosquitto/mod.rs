@@ -184,7 +184,7 @@ impl Broker {
     /// Publishes `payload` on `topic` with `extra` arguments (e.g. `-D publish
     /// response-topic X`) and waits for one message on `reply` (at most 5 s).
     pub fn request(&self, topic: &str, payload: &[u8], reply: &str, extra: &[&str]) -> Option<String> {
-        let mut sub = Command::new("mosquitto_sub")
+        let sub = Command::new("mosquitto_sub")
             .args(self.client_args())
             .args(["-t", reply, "-C", "1", "-W", "5"])
             .stdout(Stdio::piped())
