@@ -56,8 +56,14 @@ fn options(id: &str, port: u16) -> MqttOptions {
 async fn bare(port: u16) -> Vec<Duration> {
     let (responder, mut responder_loop) = AsyncClient::new(options("bench-responder", port), 1024);
     let (requester, mut requester_loop) = AsyncClient::new(options("bench-requester", port), 1024);
-    responder.subscribe("bench/req", QoS::AtLeastOnce).await.unwrap();
-    requester.subscribe("bench/reply", QoS::AtLeastOnce).await.unwrap();
+    responder
+        .subscribe("bench/req", QoS::AtLeastOnce)
+        .await
+        .unwrap();
+    requester
+        .subscribe("bench/reply", QoS::AtLeastOnce)
+        .await
+        .unwrap();
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let r2 = responder.clone();
     tokio::spawn(async move {
@@ -73,7 +79,9 @@ async fn bare(port: u16) -> Vec<Duration> {
                         ..Default::default()
                     };
                     let topic = props.response_topic.unwrap_or_default();
-                    let _ = r2.publish_with_properties(topic, QoS::AtLeastOnce, false, p.payload, reply).await;
+                    let _ = r2
+                        .publish_with_properties(topic, QoS::AtLeastOnce, false, p.payload, reply)
+                        .await;
                 }
                 Ok(_) => {}
                 Err(e) => panic!("responder: {e}"),
@@ -137,11 +145,17 @@ fn main() {
     let spoke = rt.block_on(async { Spoke::start(&config, Arc::new(NeverConfirm)).unwrap() });
     config.mqtt.device_id = "client".into();
     let link = rt.block_on(async {
-        let link = Link::start(LinkSettings::from_config(&config).unwrap().unwrap(), Role::Caller);
+        let link = Link::start(
+            LinkSettings::from_config(&config).unwrap().unwrap(),
+            Role::Caller,
+        );
         assert!(link.wait_ready(Duration::from_secs(5)).await);
         // Wait for the server's registration to be seen.
         let deadline = Instant::now() + Duration::from_secs(5);
-        while !link.with_peers(|p| p.all().any(|peer| peer.online && peer.function("EchoSkill", "echo").is_some())) {
+        while !link.with_peers(|p| {
+            p.all()
+                .any(|peer| peer.online && peer.function("EchoSkill", "echo").is_some())
+        }) {
             assert!(Instant::now() < deadline, "the server never registered");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -168,8 +182,12 @@ fn main() {
     let (s50, s99, smax) = percentiles(skill);
     let (b50, b99, bmax) = percentiles(bare);
     println!("mqtt_rpc: {CALLS} calls each, QoS 1, mosquitto on loopback, TCP_NODELAY");
-    println!("  remote skill call (Link::call_blocking -> serve -> Rhai skill -> answer): p50 {s50:?}  p99 {s99:?}  max {smax:?}");
-    println!("  bare rumqttc v5 request/response:                                      p50 {b50:?}  p99 {b99:?}  max {bmax:?}");
+    println!(
+        "  remote skill call (Link::call_blocking -> serve -> Rhai skill -> answer): p50 {s50:?}  p99 {s99:?}  max {smax:?}"
+    );
+    println!(
+        "  bare rumqttc v5 request/response:                                      p50 {b50:?}  p99 {b99:?}  max {bmax:?}"
+    );
     println!(
         "  ratio skill/bare: p50 {:.2}x  p99 {:.2}x",
         s50.as_secs_f64() / b50.as_secs_f64(),

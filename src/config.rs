@@ -652,8 +652,11 @@ mod tests {
         assert!(config.mqtt.broker.is_empty());
         assert_eq!(config.mqtt.topic_prefix, "strawberry");
         assert_eq!(config.mqtt.remote_allow, vec!["*".to_string()]);
-        let file = write("[mqtt]\nbroker = \"mqtt://hub\"\nca_file = \"ca.pem\"\nkeep_alive_s = 2\n");
-        let err = Config::load(Some(file.path()), env(&[])).unwrap_err().to_string();
+        let file =
+            write("[mqtt]\nbroker = \"mqtt://hub\"\nca_file = \"ca.pem\"\nkeep_alive_s = 2\n");
+        let err = Config::load(Some(file.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("mqtt.keep_alive_s"), "{err}");
         let config = Config::load(
             Some(file.path()),
@@ -662,9 +665,12 @@ mod tests {
         .unwrap();
         let dir = file.path().parent().unwrap();
         assert_eq!(config.mqtt.ca_file, dir.join("ca.pem"));
-        let err = Config::load(None, env(&[("STRAWBERRY_SPOKE__MQTT__TOPIC_PREFIX", "a/#")]))
-            .unwrap_err()
-            .to_string();
+        let err = Config::load(
+            None,
+            env(&[("STRAWBERRY_SPOKE__MQTT__TOPIC_PREFIX", "a/#")]),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("mqtt.topic_prefix"), "{err}");
     }
 

@@ -65,7 +65,9 @@ impl Spoke {
                 ))
             }
             None => {
-                tracing::info!("no MQTT broker configured (mqtt.broker): local mode, skills are not shared with other devices");
+                tracing::info!(
+                    "no MQTT broker configured (mqtt.broker): local mode, skills are not shared with other devices"
+                );
                 None
             }
         };

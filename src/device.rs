@@ -81,11 +81,7 @@ impl Device {
         registry: Arc<Registry>,
         confirm: Arc<dyn Confirm>,
     ) -> Self {
-        Device::live(
-            name,
-            Arc::new(LiveRegistry::new(registry)),
-            confirm,
-        )
+        Device::live(name, Arc::new(LiveRegistry::new(registry)), confirm)
     }
 
     /// Like [`Device::new`] over a registry that hot reload keeps current.
@@ -357,8 +353,8 @@ impl Device {
         args: &[Value],
     ) -> Option<Result<Value, String>> {
         let qualified = format!("{class}.{function}");
-        let (online, offline): (Vec<(String, String, SkillFunction)>, Vec<String>) =
-            link.with_peers(|peers| {
+        let (online, offline): (Vec<(String, String, SkillFunction)>, Vec<String>) = link
+            .with_peers(|peers| {
                 let mut online = Vec::new();
                 let mut offline = Vec::new();
                 for p in peers.all() {

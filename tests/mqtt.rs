@@ -229,9 +229,11 @@ fn registration_presence_last_will_and_clean_shutdown() {
     assert_eq!(hello["params"][0]["type"], "string");
 
     daemon.kill9();
-    broker.wait_retained("strawberry/devices/kitchen/status", Duration::from_secs(10), |t| {
-        t == "offline"
-    });
+    broker.wait_retained(
+        "strawberry/devices/kitchen/status",
+        Duration::from_secs(10),
+        |t| t == "offline",
+    );
 
     // A clean stop (SIGTERM) publishes `offline` itself and exits 0.
     let mut daemon = kitchen.serve();
@@ -239,7 +241,9 @@ fn registration_presence_last_will_and_clean_shutdown() {
     let status = daemon.terminate();
     assert!(status.success(), "{status:?}\n{}", daemon.log());
     assert_eq!(
-        broker.retained("strawberry/devices/kitchen/status", &[]).as_deref(),
+        broker
+            .retained("strawberry/devices/kitchen/status", &[])
+            .as_deref(),
         Some("offline")
     );
     assert!(daemon.log().contains("SIGTERM"), "{}", daemon.log());
@@ -312,23 +316,34 @@ fn spokes_call_each_other_with_ambiguous_and_offline_cases() {
     let (_, out, err) = hall.exec(
         r#"let a = device.search_skills("").map(|s| s.name + "@" + s.devices.len()); a.sort(); a"#,
     );
-    assert!(out.contains("TvSkill.set_volume@1") && out.contains("WhereSkill.where_am_i@2"), "{out}{err}");
+    assert!(
+        out.contains("TvSkill.set_volume@1") && out.contains("WhereSkill.where_am_i@2"),
+        "{out}{err}"
+    );
     assert!(!out.contains("forget"), "{out}");
 
     // Unknown device.
     let (code, _, err) = hall.exec(r#"devices["garage"].TvSkill.set_volume(1)"#);
     assert_eq!(code, 2);
-    assert!(err.contains("no device named `garage`") && err.contains("living-room-tv"), "{err}");
+    assert!(
+        err.contains("no device named `garage`") && err.contains("living-room-tv"),
+        "{err}"
+    );
 
     // The TV goes away: calls to it fail at once, naming it offline.
     tv_daemon.kill9();
-    broker.wait_retained("strawberry/devices/tv1/status", Duration::from_secs(10), |t| {
-        t == "offline"
-    });
+    broker.wait_retained(
+        "strawberry/devices/tv1/status",
+        Duration::from_secs(10),
+        |t| t == "offline",
+    );
     let started = Instant::now();
     let (code, _, err) = kitchen.exec("device.TvSkill.set_volume(30)");
     assert_eq!(code, 2);
-    assert!(err.contains("living-room-tv") && err.contains("offline"), "{err}");
+    assert!(
+        err.contains("living-room-tv") && err.contains("offline"),
+        "{err}"
+    );
     let (code, _, err) = kitchen.exec(r#"devices["Living Room TV"].TvSkill.set_volume(30)"#);
     assert_eq!(code, 2);
     assert!(err.contains("offline"), "{err}");
@@ -357,7 +372,8 @@ fn broker_restart_brings_registrations_and_calls_back() {
         .unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let link = rt.block_on(async {
-        let link = strawberry_spoke::mqtt::Link::start(settings, strawberry_spoke::mqtt::Role::Caller);
+        let link =
+            strawberry_spoke::mqtt::Link::start(settings, strawberry_spoke::mqtt::Role::Caller);
         assert!(link.wait_ready(Duration::from_secs(5)).await);
         link
     });
@@ -371,7 +387,8 @@ fn broker_restart_brings_registrations_and_calls_back() {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 n += 1;
                 let t = Instant::now();
-                let outcome = link.call_blocking("tv1", "TV", "TvSkill", "set_volume", &[Value::from(n)]);
+                let outcome =
+                    link.call_blocking("tv1", "TV", "TvSkill", "set_volume", &[Value::from(n)]);
                 log.push((Instant::now(), t.elapsed(), n, outcome));
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -392,10 +409,16 @@ fn broker_restart_brings_registrations_and_calls_back() {
     let log = caller.join().unwrap();
     rt.block_on(link.shutdown());
 
-    assert!(back < Duration::from_secs(2), "registration back after {back:?}");
+    assert!(
+        back < Duration::from_secs(2),
+        "registration back after {back:?}"
+    );
     // Every call ended, within the call timeout (plus scheduling slack).
     for (_, took, n, outcome) in &log {
-        assert!(*took < Duration::from_millis(2500), "call {n} took {took:?}: {outcome:?}");
+        assert!(
+            *took < Duration::from_millis(2500),
+            "call {n} took {took:?}: {outcome:?}"
+        );
         if let Ok(v) = outcome {
             assert_eq!(v, &Value::from(format!("tv:{n}")));
         }
@@ -408,7 +431,10 @@ fn broker_restart_brings_registrations_and_calls_back() {
         first_ok_after.is_some_and(|d| d < Duration::from_secs(2)),
         "calls work again after {first_ok_after:?}"
     );
-    assert!(log.iter().any(|(_, _, _, o)| o.is_err()), "the outage was not seen");
+    assert!(
+        log.iter().any(|(_, _, _, o)| o.is_err()),
+        "the outage was not seen"
+    );
     assert!(log.iter().filter(|(_, _, _, o)| o.is_ok()).count() > 10);
 }
 
@@ -459,17 +485,27 @@ fn password_and_tls() {
         if seen.as_deref() == Some("online") {
             break;
         }
-        assert!(Instant::now() < deadline, "never online over TLS: {}", broker.log());
+        assert!(
+            Instant::now() < deadline,
+            "never online over TLS: {}",
+            broker.log()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     // The wrong password never gets in, and says why.
     let log = bad.dir.path().join("serve.log");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string(&log).unwrap().contains("MQTT connection failed") {
+    while !std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("MQTT connection failed")
+    {
         assert!(Instant::now() < deadline);
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(broker.retained("strawberry/devices/intruder/status", &auth), None);
+    assert_eq!(
+        broker.retained("strawberry/devices/intruder/status", &auth),
+        None
+    );
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(!text.contains("wrong"), "the password was logged: {text}");
     let _ = bad_daemon.kill();
@@ -486,7 +522,12 @@ fn password_and_tls() {
 #[test]
 fn hostile_payloads_get_error_answers() {
     let broker = Broker::start();
-    let kitchen = SpokeDir::new("Kitchen", "kitchen", &broker.url(), "max_payload_bytes = 4096");
+    let kitchen = SpokeDir::new(
+        "Kitchen",
+        "kitchen",
+        &broker.url(),
+        "max_payload_bytes = 4096",
+    );
     kitchen.skill("greeter.rhai", GREETER);
     let daemon = kitchen.serve();
     wait_online(&broker, "kitchen");
@@ -507,39 +548,109 @@ fn hostile_payloads_get_error_answers() {
         ("empty", Vec::new(), "malformed call"),
         ("binary", vec![0xff, 0xfe, 0x00, 0x80], "malformed call"),
         ("empty object", b"{}".to_vec(), "malformed call"),
-        ("wrong type", br#"{"class":1,"function":"hello"}"#.to_vec(), "malformed call"),
-        ("args not array", br#"{"class":"Greeter","function":"hello","args":"x"}"#.to_vec(), "malformed call"),
-        ("unknown field", br#"{"class":"Greeter","function":"hello","args":["x"],"sudo":true}"#.to_vec(), "malformed call"),
+        (
+            "wrong type",
+            br#"{"class":1,"function":"hello"}"#.to_vec(),
+            "malformed call",
+        ),
+        (
+            "args not array",
+            br#"{"class":"Greeter","function":"hello","args":"x"}"#.to_vec(),
+            "malformed call",
+        ),
+        (
+            "unknown field",
+            br#"{"class":"Greeter","function":"hello","args":["x"],"sudo":true}"#.to_vec(),
+            "malformed call",
+        ),
         ("deep nesting", deep.into_bytes(), "malformed call"),
         ("too big", big.into_bytes(), "over this device's limit"),
-        ("future schema", br#"{"schema":99,"class":"Greeter","function":"hello","args":["x"]}"#.to_vec(), "newer"),
-        ("unknown class", br#"{"class":"../../etc/passwd","function":"x"}"#.to_vec(), "has no skill function"),
-        ("unknown function", br#"{"class":"Greeter","function":"nope"}"#.to_vec(), "has no skill function"),
-        ("missing argument", br#"{"class":"Greeter","function":"hello"}"#.to_vec(), "hello(name: string)"),
-        ("wrong argument type", br#"{"class":"Greeter","function":"hello","args":[5]}"#.to_vec(), "hello(name: string)"),
-        ("confirm not exported", br#"{"class":"Greeter","function":"forget"}"#.to_vec(), "remote_allow"),
-        ("never remote", br#"{"class":"Greeter","function":"reset"}"#.to_vec(), "never be called"),
-        ("runs forever", br#"{"class":"Greeter","function":"spin"}"#.to_vec(), "did not finish"),
+        (
+            "future schema",
+            br#"{"schema":99,"class":"Greeter","function":"hello","args":["x"]}"#.to_vec(),
+            "newer",
+        ),
+        (
+            "unknown class",
+            br#"{"class":"../../etc/passwd","function":"x"}"#.to_vec(),
+            "has no skill function",
+        ),
+        (
+            "unknown function",
+            br#"{"class":"Greeter","function":"nope"}"#.to_vec(),
+            "has no skill function",
+        ),
+        (
+            "missing argument",
+            br#"{"class":"Greeter","function":"hello"}"#.to_vec(),
+            "hello(name: string)",
+        ),
+        (
+            "wrong argument type",
+            br#"{"class":"Greeter","function":"hello","args":[5]}"#.to_vec(),
+            "hello(name: string)",
+        ),
+        (
+            "confirm not exported",
+            br#"{"class":"Greeter","function":"forget"}"#.to_vec(),
+            "remote_allow",
+        ),
+        (
+            "never remote",
+            br#"{"class":"Greeter","function":"reset"}"#.to_vec(),
+            "never be called",
+        ),
+        (
+            "runs forever",
+            br#"{"class":"Greeter","function":"spin"}"#.to_vec(),
+            "did not finish",
+        ),
     ];
     for (i, (what, payload, expected)) in corpus.iter().enumerate() {
         let correlation = format!("c{i}");
         let answer = broker
-            .request(rpc, payload, reply, &["-D", "publish", "correlation-data", &correlation])
+            .request(
+                rpc,
+                payload,
+                reply,
+                &["-D", "publish", "correlation-data", &correlation],
+            )
             .unwrap_or_else(|| panic!("{what}: no answer\n{}", daemon.log()));
-        let answer: Value = serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{what}: {e}: {answer}"));
+        let answer: Value =
+            serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{what}: {e}: {answer}"));
         assert_eq!(answer["ok"], false, "{what}: {answer}");
         let error = answer["error"].as_str().unwrap_or_default();
-        assert!(error.contains(expected), "{what}: expected `{expected}` in {error}");
+        assert!(
+            error.contains(expected),
+            "{what}: expected `{expected}` in {error}"
+        );
     }
     // Answers that cannot be addressed are dropped with a log line, not sent anywhere.
-    let none = broker.request(rpc, br#"{"class":"Greeter","function":"hello","args":["x"]}"#, "elsewhere/replies", &[]);
+    let none = broker.request(
+        rpc,
+        br#"{"class":"Greeter","function":"hello","args":["x"]}"#,
+        "elsewhere/replies",
+        &[],
+    );
     assert_eq!(none, None);
     // Still responsive.
     let answer = broker
-        .request(rpc, br#"{"class":"Greeter","function":"hello","args":["you"]}"#, reply, &[])
+        .request(
+            rpc,
+            br#"{"class":"Greeter","function":"hello","args":["you"]}"#,
+            reply,
+            &[],
+        )
         .unwrap();
-    assert_eq!(serde_json::from_str::<Value>(&answer).unwrap(), serde_json::json!({"ok": true, "result": "Hello, you!"}));
-    assert!(daemon.log().contains("outside strawberry/"), "{}", daemon.log());
+    assert_eq!(
+        serde_json::from_str::<Value>(&answer).unwrap(),
+        serde_json::json!({"ok": true, "result": "Hello, you!"})
+    );
+    assert!(
+        daemon.log().contains("outside strawberry/"),
+        "{}",
+        daemon.log()
+    );
 }
 
 #[test]
@@ -553,7 +664,8 @@ fn hot_reload_while_connected() {
         broker
             .request(
                 "strawberry/devices/tv1/rpc",
-                format!(r#"{{"class":"TvSkill","function":"set_volume","args":[{level}]}}"#).as_bytes(),
+                format!(r#"{{"class":"TvSkill","function":"set_volume","args":[{level}]}}"#)
+                    .as_bytes(),
                 "strawberry/test/replies",
                 &[],
             )
@@ -563,7 +675,9 @@ fn hot_reload_while_connected() {
 
     // Add.
     tv.skill("greeter.rhai", GREETER);
-    registration(&broker, "tv1", |r| functions(r).contains(&"Greeter.hello".to_string()));
+    registration(&broker, "tv1", |r| {
+        functions(r).contains(&"Greeter.hello".to_string())
+    });
     // Change.
     tv.skill("tv.rhai", &tv_skill("v2"));
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -571,7 +685,10 @@ fn hot_reload_while_connected() {
         assert!(Instant::now() < deadline, "{}", daemon.log());
     }
     // Break: reported, and the previous good version stays registered and callable.
-    tv.skill("tv.rhai", "//! Broken.\n//! @class TvSkill\n\n/// Oops.\nfn set_volume(level) {\n");
+    tv.skill(
+        "tv.rhai",
+        "//! Broken.\n//! @class TvSkill\n\n/// Oops.\nfn set_volume(level) {\n",
+    );
     let deadline = Instant::now() + Duration::from_secs(5);
     while !daemon.log().contains("failed to load") {
         assert!(Instant::now() < deadline, "{}", daemon.log());
@@ -583,6 +700,8 @@ fn hot_reload_while_connected() {
     assert!(functions(&reg).contains(&"TvSkill.set_volume".to_string()));
     // Delete.
     std::fs::remove_file(tv.dir.path().join("skills/tv.rhai")).unwrap();
-    registration(&broker, "tv1", |r| functions(r) == ["Greeter.hello", "Greeter.spin"]);
+    registration(&broker, "tv1", |r| {
+        functions(r) == ["Greeter.hello", "Greeter.spin"]
+    });
     assert!(call(4).contains("has no skill function TvSkill.set_volume"));
 }

@@ -72,10 +72,9 @@ impl Link {
     pub fn start(settings: LinkSettings, role: Role) -> Link {
         let topics = settings.topics.clone();
         let (client_id, server_skills) = match role {
-            Role::Spoke { skills, confirm } => (
-                settings.device_id.clone(),
-                Some((skills, confirm)),
-            ),
+            Role::Spoke { skills, confirm } => {
+                (settings.device_id.clone(), Some((skills, confirm)))
+            }
             // A caller uses its own id so it never takes the daemon's session over.
             Role::Caller => (
                 format!("{}-caller-{}", settings.device_id, std::process::id()),
@@ -255,7 +254,9 @@ impl Link {
         let _ = shared.client.disconnect().await;
         let task = lock(&self.task).take();
         if let Some(task) = task
-            && tokio::time::timeout(Duration::from_secs(2), task).await.is_err()
+            && tokio::time::timeout(Duration::from_secs(2), task)
+                .await
+                .is_err()
         {
             tracing::warn!("the MQTT connection did not close within 2 s");
         }
@@ -336,7 +337,10 @@ fn subscribe(shared: &Shared) -> usize {
     filters.push(shared.reply_topic.clone());
     let mut requested = 0;
     for filter in filters {
-        match shared.client.try_subscribe(filter.clone(), QoS::AtLeastOnce) {
+        match shared
+            .client
+            .try_subscribe(filter.clone(), QoS::AtLeastOnce)
+        {
             Ok(()) => requested += 1,
             Err(e) => tracing::error!(%filter, error = %e, "cannot subscribe"),
         }
@@ -359,12 +363,10 @@ fn announce(shared: &Shared, server: &Server) {
 fn publish_registration(shared: &Shared, server: &Server) {
     let settings = &shared.settings;
     let registry = server.skills().current();
-    let registration = Registration::of(
-        &registry,
-        &settings.device_id,
-        &settings.device_name,
-        |f| settings.allow.permits(f),
-    );
+    let registration =
+        Registration::of(&registry, &settings.device_id, &settings.device_name, |f| {
+            settings.allow.permits(f)
+        });
     let functions: usize = registration.classes.iter().map(|c| c.functions.len()).sum();
     let payload = match serde_json::to_vec(&registration) {
         Ok(p) => p,

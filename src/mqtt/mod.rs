@@ -25,9 +25,7 @@ pub use settings::{AllowList, Broker, LinkSettings};
 #[derive(Debug, thiserror::Error)]
 pub enum MqttError {
     /// `mqtt.broker` is not a usable URL.
-    #[error(
-        "mqtt.broker `{url}`: {problem}; expected mqtt://HOST[:PORT] or mqtts://HOST[:PORT]"
-    )]
+    #[error("mqtt.broker `{url}`: {problem}; expected mqtt://HOST[:PORT] or mqtts://HOST[:PORT]")]
     BrokerUrl {
         /// The configured URL.
         url: String,

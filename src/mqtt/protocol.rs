@@ -82,7 +82,9 @@ impl Topics {
 
     /// Classifies an incoming topic; `None` for anything else.
     pub fn parse<'a>(&self, topic: &'a str) -> Option<TopicKind<'a>> {
-        let rest = topic.strip_prefix(&self.prefix)?.strip_prefix("/devices/")?;
+        let rest = topic
+            .strip_prefix(&self.prefix)?
+            .strip_prefix("/devices/")?;
         let (id, leaf) = rest.split_once('/')?;
         if id.is_empty() || id.contains('/') {
             return None;
@@ -369,7 +371,10 @@ mod tests {
         let t = Topics::new("home/");
         assert_eq!(t.status("ab"), "home/devices/ab/status");
         assert_eq!(t.parse("home/devices/ab/rpc"), Some(TopicKind::Rpc("ab")));
-        assert_eq!(t.parse("home/devices/ab/replies"), Some(TopicKind::Replies("ab")));
+        assert_eq!(
+            t.parse("home/devices/ab/replies"),
+            Some(TopicKind::Replies("ab"))
+        );
         assert_eq!(t.parse("home/devices/ab/other"), None);
         assert_eq!(t.parse("other/devices/ab/rpc"), None);
     }
@@ -390,6 +395,9 @@ mod tests {
         let r: CallResponse = serde_json::from_str(r#"{"ok": false}"#).unwrap();
         assert!(r.into_result().unwrap_err().contains("without a message"));
         let r = CallResponse::from_result(Ok(Value::from(3)));
-        assert_eq!(serde_json::to_string(&r).unwrap(), r#"{"ok":true,"result":3}"#);
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"{"ok":true,"result":3}"#
+        );
     }
 }

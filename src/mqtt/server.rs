@@ -89,7 +89,9 @@ impl Server {
                         server.execute(&payload)
                     })
                     .await;
-                    ran.unwrap_or_else(|_| Err("the skill call crashed on the serving device".into()))
+                    ran.unwrap_or_else(|_| {
+                        Err("the skill call crashed on the serving device".into())
+                    })
                 }
                 Err(_) => Err(format!(
                     "`{}` is busy: {} calls are already running; try again shortly",
@@ -107,7 +109,13 @@ impl Server {
             };
             if let Err(e) = self
                 .client
-                .publish_with_properties(response_topic, QoS::AtLeastOnce, false, answer, properties)
+                .publish_with_properties(
+                    response_topic,
+                    QoS::AtLeastOnce,
+                    false,
+                    answer,
+                    properties,
+                )
                 .await
             {
                 tracing::error!(error = %e, "cannot send an answer");
@@ -141,7 +149,10 @@ impl Server {
             .class(&request.class)
             .and_then(|c| c.function(&request.function))
         else {
-            return Err(format!("`{}` has no skill function {qualified}", self.device_name));
+            return Err(format!(
+                "`{}` has no skill function {qualified}",
+                self.device_name
+            ));
         };
         if !self.allow.permits(f) {
             return Err(if !f.model_callable {

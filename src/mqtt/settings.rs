@@ -38,7 +38,9 @@ impl Broker {
         };
         let rest = rest.trim_end_matches('/');
         if rest.contains('/') || rest.contains('@') {
-            return Err(bad("no path or user info allowed (credentials go in mqtt.username)"));
+            return Err(bad(
+                "no path or user info allowed (credentials go in mqtt.username)",
+            ));
         }
         let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
             let (host, after) = v6.split_once(']').ok_or_else(|| bad("unclosed `[`"))?;
@@ -62,11 +64,7 @@ impl Broker {
 
     /// Whether the broker is on this machine.
     pub fn is_loopback(&self) -> bool {
-        self.host == "localhost"
-            || self
-                .host
-                .parse::<IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
+        self.host == "localhost" || self.host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
     }
 }
 
@@ -84,9 +82,10 @@ impl AllowList {
     /// function only when named by class or function, not through `*`.
     pub fn permits(&self, f: &SkillFunction) -> bool {
         f.model_callable
-            && self.0.iter().any(|e| {
-                (e == "*" && !f.confirm) || *e == f.class || *e == f.qualified_name()
-            })
+            && self
+                .0
+                .iter()
+                .any(|e| (e == "*" && !f.confirm) || *e == f.class || *e == f.qualified_name())
     }
 }
 
@@ -338,7 +337,10 @@ mod tests {
         config.mqtt.broker = "mqtt://hub.example".into();
         config.mqtt.device_id = "kitchen".into();
         let err = LinkSettings::from_config(&config).unwrap_err().to_string();
-        assert!(err.contains("allow_insecure") && err.contains("TLS"), "{err}");
+        assert!(
+            err.contains("allow_insecure") && err.contains("TLS"),
+            "{err}"
+        );
         config.mqtt.allow_insecure = true;
         assert!(LinkSettings::from_config(&config).unwrap().is_some());
         config.mqtt.broker = String::new();

@@ -98,7 +98,11 @@ impl Broker {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "mosquitto did not listen on {}", self.port);
+            assert!(
+                Instant::now() < deadline,
+                "mosquitto did not listen on {}",
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -183,7 +187,13 @@ impl Broker {
 
     /// Publishes `payload` on `topic` with `extra` arguments (e.g. `-D publish
     /// response-topic X`) and waits for one message on `reply` (at most 5 s).
-    pub fn request(&self, topic: &str, payload: &[u8], reply: &str, extra: &[&str]) -> Option<String> {
+    pub fn request(
+        &self,
+        topic: &str,
+        payload: &[u8],
+        reply: &str,
+        extra: &[&str],
+    ) -> Option<String> {
         let sub = Command::new("mosquitto_sub")
             .args(self.client_args())
             .args(["-t", reply, "-C", "1", "-W", "5"])
@@ -231,12 +241,31 @@ fn make_certificates(dir: &Path) {
         );
     };
     run(&[
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test CA",
-        "-keyout", "ca.key", "-out", "ca.pem",
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
     ]);
     run(&[
-        "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout",
-        "server.key", "-out", "server.csr",
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
     ]);
     std::fs::write(
         dir.join("ext.cnf"),
@@ -244,7 +273,20 @@ fn make_certificates(dir: &Path) {
     )
     .expect("write ext.cnf");
     run(&[
-        "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "2", "-extfile", "ext.cnf", "-out", "server.pem",
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+        "-out",
+        "server.pem",
     ]);
 }
