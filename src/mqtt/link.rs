@@ -27,7 +27,7 @@ use super::settings::LinkSettings;
 const MAX_PACKET: u32 = 1024 * 1024;
 /// Reconnect backoff bounds.
 const BACKOFF_START: Duration = Duration::from_millis(100);
-const BACKOFF_CAP: Duration = Duration::from_secs(5);
+const BACKOFF_CAP: Duration = Duration::from_millis(1500);
 
 /// What this process is on the bus.
 pub enum Role {
