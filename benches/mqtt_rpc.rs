@@ -23,6 +23,8 @@ use strawberry_spoke::mqtt::{Link, LinkSettings, Role};
 
 const CALLS: usize = 10_000;
 const WARMUP: usize = 500;
+/// Under `cargo test --all-targets` (no `--bench` argument) a short smoke run only.
+const SMOKE_CALLS: usize = 100;
 
 const SKILL: &str = r#"//! Echo.
 //!
@@ -53,7 +55,7 @@ fn options(id: &str, port: u16) -> MqttOptions {
 
 /// Two plain rumqttc clients: QoS 1 request with response topic and correlation data,
 /// answered by echoing the payload, as the spoke protocol does.
-async fn bare(port: u16) -> Vec<Duration> {
+async fn bare(port: u16, calls: usize, warmup: usize) -> Vec<Duration> {
     let (responder, mut responder_loop) = AsyncClient::new(options("bench-responder", port), 1024);
     let (requester, mut requester_loop) = AsyncClient::new(options("bench-requester", port), 1024);
     responder
@@ -106,8 +108,8 @@ async fn bare(port: u16) -> Vec<Duration> {
     });
     ready_rx.recv().await;
     sub_rx.recv().await;
-    let mut samples = Vec::with_capacity(CALLS);
-    for i in 0..(WARMUP + CALLS) {
+    let mut samples = Vec::with_capacity(calls);
+    for i in 0..(warmup + calls) {
         let payload = format!(r#"{{"class":"EchoSkill","function":"echo","args":[{i}]}}"#);
         let props = PublishProperties {
             response_topic: Some("bench/reply".into()),
@@ -120,7 +122,7 @@ async fn bare(port: u16) -> Vec<Duration> {
             .await
             .unwrap();
         reply_rx.recv().await.unwrap();
-        if i >= WARMUP {
+        if i >= warmup {
             samples.push(t.elapsed());
         }
     }
@@ -128,6 +130,11 @@ async fn bare(port: u16) -> Vec<Duration> {
 }
 
 fn main() {
+    let (calls, warmup) = if std::env::args().any(|a| a == "--bench") {
+        (CALLS, WARMUP)
+    } else {
+        (SMOKE_CALLS, 10)
+    };
     let broker = mosquitto::Broker::start();
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("skills")).unwrap();
@@ -162,18 +169,18 @@ fn main() {
         link
     });
 
-    let mut skill = Vec::with_capacity(CALLS);
-    for i in 0..(WARMUP + CALLS) {
+    let mut skill = Vec::with_capacity(calls);
+    for i in 0..(warmup + calls) {
         let t = Instant::now();
         let v = link
             .call_blocking("server", "server", "EchoSkill", "echo", &[Value::from(i)])
             .unwrap();
-        if i >= WARMUP {
+        if i >= warmup {
             skill.push(t.elapsed());
         }
         assert_eq!(v, Value::from(i));
     }
-    let bare = rt.block_on(bare(broker.port));
+    let bare = rt.block_on(bare(broker.port, calls, warmup));
     rt.block_on(async {
         link.shutdown().await;
         spoke.shutdown().await;
@@ -181,7 +188,7 @@ fn main() {
 
     let (s50, s99, smax) = percentiles(skill);
     let (b50, b99, bmax) = percentiles(bare);
-    println!("mqtt_rpc: {CALLS} calls each, QoS 1, mosquitto on loopback, TCP_NODELAY");
+    println!("mqtt_rpc: {calls} calls each, QoS 1, mosquitto on loopback, TCP_NODELAY");
     println!(
         "  remote skill call (Link::call_blocking -> serve -> Rhai skill -> answer): p50 {s50:?}  p99 {s99:?}  max {smax:?}"
     );

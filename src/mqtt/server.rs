@@ -18,6 +18,12 @@ use super::settings::{AllowList, LinkSettings};
 /// Largest correlation data echoed back.
 const MAX_CORRELATION: usize = 256;
 
+/// Where an answer goes.
+struct Answer {
+    topic: String,
+    correlation: Option<bytes::Bytes>,
+}
+
 /// Runs incoming calls against the local skills.
 pub(super) struct Server {
     client: AsyncClient,
@@ -78,49 +84,72 @@ impl Server {
             .correlation_data
             .filter(|c| c.len() <= MAX_CORRELATION);
         let payload = publish.payload;
+        let answer = Answer {
+            topic: response_topic,
+            correlation,
+        };
         // Over the limit: answered `busy` at once, so a flood cannot queue up work.
-        let permit = self.running.clone().try_acquire_owned();
-        tokio::spawn(async move {
-            let outcome = match permit {
-                Ok(permit) => {
-                    let server = self.clone();
-                    let ran = tokio::task::spawn_blocking(move || {
-                        let _permit = permit;
-                        server.execute(&payload)
-                    })
-                    .await;
-                    ran.unwrap_or_else(|_| {
-                        Err("the skill call crashed on the serving device".into())
-                    })
-                }
-                Err(_) => Err(format!(
+        match self.running.clone().try_acquire_owned() {
+            Ok(permit) => {
+                let handle = tokio::runtime::Handle::current();
+                // Straight to a blocking thread (the skill blocks), answered from there:
+                // one hand-off less than going through an async task first.
+                tokio::task::spawn_blocking(move || {
+                    let _permit = permit;
+                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        self.execute(&payload)
+                    }))
+                    .unwrap_or_else(|_| Err("the skill call crashed on the serving device".into()));
+                    self.send(&handle, answer, outcome);
+                });
+            }
+            Err(_) => {
+                let outcome = Err(format!(
                     "`{}` is busy: {} calls are already running; try again shortly",
                     self.device_name, self.max_concurrent
-                )),
-            };
-            if let Err(error) = &outcome {
-                tracing::info!(%error, "remote call answered with an error");
+                ));
+                let handle = tokio::runtime::Handle::current();
+                tokio::task::spawn_blocking(move || self.send(&handle, answer, outcome));
             }
-            let answer = serde_json::to_vec(&CallResponse::from_result(outcome))
-                .unwrap_or_else(|_| br#"{"ok":false,"error":"unrenderable result"}"#.to_vec());
-            let properties = PublishProperties {
-                correlation_data: correlation,
-                ..PublishProperties::default()
-            };
-            if let Err(e) = self
-                .client
-                .publish_with_properties(
-                    response_topic,
-                    QoS::AtLeastOnce,
-                    false,
-                    answer,
-                    properties,
-                )
-                .await
-            {
+        }
+    }
+
+    /// Publishes the answer; waits for room in the request channel when it is full,
+    /// so no call is left unanswered.
+    fn send(
+        &self,
+        handle: &tokio::runtime::Handle,
+        answer: Answer,
+        outcome: Result<Value, String>,
+    ) {
+        if let Err(error) = &outcome {
+            tracing::info!(%error, "remote call answered with an error");
+        }
+        let body = serde_json::to_vec(&CallResponse::from_result(outcome))
+            .unwrap_or_else(|_| br#"{"ok":false,"error":"unrenderable result"}"#.to_vec());
+        let properties = PublishProperties {
+            correlation_data: answer.correlation,
+            ..PublishProperties::default()
+        };
+        let sent = self.client.try_publish_with_properties(
+            answer.topic.clone(),
+            QoS::AtLeastOnce,
+            false,
+            body.clone(),
+            properties.clone(),
+        );
+        if sent.is_err() {
+            let sent = handle.block_on(self.client.publish_with_properties(
+                answer.topic,
+                QoS::AtLeastOnce,
+                false,
+                body,
+                properties,
+            ));
+            if let Err(e) = sent {
                 tracing::error!(error = %e, "cannot send an answer");
             }
-        });
+        }
     }
 
     /// Checks and runs one request (blocking: the skill runs here).
