@@ -16,8 +16,12 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::device::{ConsoleConfirm, Device};
+use crate::mqtt::{Link, LinkSettings, Role};
 use crate::sandbox::Sandbox;
 use crate::skills::{LoadError, Registry, SkillClass, SkillFunction};
+
+/// How long `exec` waits for the broker before running with local skills only.
+const LINK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// A voice-assistant spoke: skills, a sandbox for model-written code, and (soon) the
 /// microphone, the hub and MQTT.
@@ -50,6 +54,9 @@ pub enum Command {
         #[arg(short = 'e', long = "eval", value_name = "CODE")]
         code: Option<String>,
     },
+    /// Run the spoke without audio: skills with hot reload and the MQTT link, until
+    /// SIGTERM or SIGINT.
+    Serve,
 }
 
 /// `config ...`
@@ -95,7 +102,19 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Skills(cmd) => skills(&config, cmd),
         Command::Exec { file, code } => exec(&config, file.as_deref(), code),
+        Command::Serve => {
+            runtime()?.block_on(crate::daemon::serve(&config, Arc::new(ConsoleConfirm)))?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
 }
 
 fn init_logging(config: &Config) {
@@ -274,12 +293,29 @@ fn exec(config: &Config, file: Option<&Path>, code: Option<String>) -> Result<Ex
     };
     let sandbox = Sandbox::new(config.sandbox.limits()).context("cannot start the sandbox")?;
     let registry = Arc::new(load_skills(config, &config.skills.dir));
-    let device = Device::new(
+    let mut device = Device::new(
         config.device.name.clone(),
         registry,
         Arc::new(ConsoleConfirm),
     );
+    // With a broker, other spokes' skills are reachable; this process only calls.
+    let mut link = None;
+    if let Some(settings) = LinkSettings::from_config(config)? {
+        let rt = runtime()?;
+        let started = rt.block_on(async {
+            let link = Link::start(settings, Role::Caller);
+            if !link.wait_ready(LINK_WAIT).await {
+                tracing::warn!("not connected to the MQTT broker after {LINK_WAIT:?}; only local skills are reachable");
+            }
+            link
+        });
+        device = device.with_link(started.clone());
+        link = Some((rt, started));
+    }
     let outcome = sandbox.run(&code, &device);
+    if let Some((rt, link)) = link {
+        rt.block_on(link.shutdown());
+    }
     print_out(&outcome.output)?;
     match outcome.result {
         Ok(Value::Null) => Ok(ExitCode::SUCCESS),

@@ -38,6 +38,8 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// Logging.
     pub log: LogConfig,
+    /// The link to the hub's MQTT broker.
+    pub mqtt: MqttConfig,
 }
 
 /// `[device]`: who this spoke is and where it keeps its data.
@@ -101,6 +103,69 @@ pub struct LogConfig {
     /// A `tracing` filter: `info`, `debug`, `strawberry_spoke::sandbox=debug,info`...
     /// `RUST_LOG` wins when set.
     pub level: String,
+}
+
+/// `[mqtt]`: the link to the hub's broker. No `broker` means local mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MqttConfig {
+    /// `mqtt://HOST[:PORT]` (default port 1883) or `mqtts://HOST[:PORT]` (8883).
+    /// Empty (the default): local mode, skills are not shared.
+    pub broker: String,
+    /// Stable id of this device in topics (`[a-z0-9-]`). Default: created once and kept
+    /// in `device-id` in the data dir.
+    pub device_id: String,
+    /// Username for the broker; empty for none.
+    pub username: String,
+    /// Password (better: `password_file`, or the environment variable
+    /// `STRAWBERRY_SPOKE__MQTT__PASSWORD`). Never logged.
+    pub password: String,
+    /// File whose first line is the password.
+    pub password_file: PathBuf,
+    /// CA certificate(s), PEM, for `mqtts://`. Default: the system's roots.
+    pub ca_file: PathBuf,
+    /// Client certificate chain, PEM, for brokers that authenticate by certificate.
+    pub client_cert: PathBuf,
+    /// The client certificate's private key, PEM.
+    pub client_key: PathBuf,
+    /// Keep-alive interval, in seconds (at least 5).
+    pub keep_alive_s: u64,
+    /// Allow a broker that is not on loopback without TLS and authentication.
+    pub allow_insecure: bool,
+    /// First topic level of every topic.
+    pub topic_prefix: String,
+    /// How long a call to another device may take before it fails.
+    pub call_timeout_ms: u64,
+    /// Skills other devices may call: `*` (every function that needs no confirmation),
+    /// a class (`VolumeSkill`) or a function (`VolumeSkill.set`). `@no_model`
+    /// functions are never callable remotely.
+    pub remote_allow: Vec<String>,
+    /// Largest call payload accepted or sent, in bytes.
+    pub max_payload_bytes: usize,
+    /// Incoming calls run at once; more are answered `busy`.
+    pub max_concurrent_calls: usize,
+}
+
+impl Default for MqttConfig {
+    fn default() -> Self {
+        MqttConfig {
+            broker: String::new(),
+            device_id: String::new(),
+            username: String::new(),
+            password: String::new(),
+            password_file: PathBuf::new(),
+            ca_file: PathBuf::new(),
+            client_cert: PathBuf::new(),
+            client_key: PathBuf::new(),
+            keep_alive_s: 30,
+            allow_insecure: false,
+            topic_prefix: "strawberry".into(),
+            call_timeout_ms: 10_000,
+            remote_allow: vec!["*".into()],
+            max_payload_bytes: 64 * 1024,
+            max_concurrent_calls: 4,
+        }
+    }
 }
 
 impl Default for DeviceConfig {
@@ -246,11 +311,23 @@ impl Config {
         if in_file("device", "data_dir") {
             self.device.data_dir = dir.join(&self.device.data_dir);
         }
+        for (key, path) in [
+            ("password_file", &mut self.mqtt.password_file),
+            ("ca_file", &mut self.mqtt.ca_file),
+            ("client_cert", &mut self.mqtt.client_cert),
+            ("client_key", &mut self.mqtt.client_key),
+        ] {
+            if in_file("mqtt", key) {
+                *path = dir.join(&*path);
+            }
+        }
     }
 
     /// Rejects values that parse but cannot work.
     fn validate(&self, origin: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
-        let positive: [(&str, u64); 7] = [
+        let positive: [(&str, u64); 9] = [
+            ("mqtt.call_timeout_ms", self.mqtt.call_timeout_ms),
+            ("mqtt.max_payload_bytes", self.mqtt.max_payload_bytes as u64),
             ("sandbox.memory_mib", self.sandbox.memory_mib),
             ("sandbox.timeout_ms", self.sandbox.timeout_ms),
             ("sandbox.max_operations", self.sandbox.max_operations),
@@ -267,6 +344,28 @@ impl Config {
                     message: "must be greater than 0".into(),
                 });
             }
+        }
+        if self.mqtt.keep_alive_s < 5 {
+            return Err(ConfigError::Invalid {
+                origin: origin("mqtt.keep_alive_s"),
+                key: "mqtt.keep_alive_s".into(),
+                message: "must be at least 5 seconds".into(),
+            });
+        }
+        if self.mqtt.max_concurrent_calls == 0 {
+            return Err(ConfigError::Invalid {
+                origin: origin("mqtt.max_concurrent_calls"),
+                key: "mqtt.max_concurrent_calls".into(),
+                message: "must be greater than 0".into(),
+            });
+        }
+        let prefix = &self.mqtt.topic_prefix;
+        if prefix.is_empty() || prefix.contains(['+', '#', '\0']) || prefix.starts_with('/') {
+            return Err(ConfigError::Invalid {
+                origin: origin("mqtt.topic_prefix"),
+                key: "mqtt.topic_prefix".into(),
+                message: "must be a non-empty topic without wildcards or a leading `/`".into(),
+            });
         }
         if self.sandbox.memory_mib > 4095 {
             return Err(ConfigError::Invalid {
@@ -545,6 +644,34 @@ mod tests {
         std::fs::write(&path, "[skills]\ndir = \"my-skills\"\n").unwrap();
         let config = Config::load(Some(&path), env(&[])).unwrap();
         assert_eq!(config.skills.dir, dir.path().join("my-skills"));
+    }
+
+    #[test]
+    fn mqtt_section_defaults_and_checks() {
+        let config = Config::load(None, env(&[])).unwrap();
+        assert!(config.mqtt.broker.is_empty());
+        assert_eq!(config.mqtt.topic_prefix, "strawberry");
+        assert_eq!(config.mqtt.remote_allow, vec!["*".to_string()]);
+        let file =
+            write("[mqtt]\nbroker = \"mqtt://hub\"\nca_file = \"ca.pem\"\nkeep_alive_s = 2\n");
+        let err = Config::load(Some(file.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("mqtt.keep_alive_s"), "{err}");
+        let config = Config::load(
+            Some(file.path()),
+            env(&[("STRAWBERRY_SPOKE__MQTT__KEEP_ALIVE_S", "10")]),
+        )
+        .unwrap();
+        let dir = file.path().parent().unwrap();
+        assert_eq!(config.mqtt.ca_file, dir.join("ca.pem"));
+        let err = Config::load(
+            None,
+            env(&[("STRAWBERRY_SPOKE__MQTT__TOPIC_PREFIX", "a/#")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("mqtt.topic_prefix"), "{err}");
     }
 
     #[test]

@@ -4,13 +4,22 @@
 //! meaning and where policy lives: a function marked `@no_model` is refused, and one
 //! marked `@confirm` runs only after a person said yes. Every error is a sentence the
 //! model can act on, because it reads them and tries again.
+//!
+//! With an MQTT [`Link`], skills of other spokes join the local ones (DESIGN.md 2.1):
+//! search lists each distinct skill once with the devices that host it (this device
+//! first), and a call goes to this device when it hosts the skill, else to the one
+//! online device that does, else fails naming the candidates. Without a link every
+//! answer is exactly the local-only one.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::mqtt::Link;
+use crate::mqtt::peers::{Peer, RemoteClass};
 use crate::sandbox::{DeviceHandler, DeviceRequest};
+use crate::skills::watch::LiveRegistry;
 use crate::skills::{Registry, SkillClass, SkillFunction};
 
 /// How many results `device.search_skills` returns at most.
@@ -59,8 +68,9 @@ impl Confirm for NeverConfirm {
 /// The `device` API of this spoke.
 pub struct Device {
     name: String,
-    registry: Arc<Registry>,
+    registry: Arc<LiveRegistry>,
     confirm: Arc<dyn Confirm>,
+    link: Option<Link>,
 }
 
 impl Device {
@@ -71,16 +81,35 @@ impl Device {
         registry: Arc<Registry>,
         confirm: Arc<dyn Confirm>,
     ) -> Self {
+        Device::live(name, Arc::new(LiveRegistry::new(registry)), confirm)
+    }
+
+    /// Like [`Device::new`] over a registry that hot reload keeps current.
+    pub fn live(
+        name: impl Into<String>,
+        registry: Arc<LiveRegistry>,
+        confirm: Arc<dyn Confirm>,
+    ) -> Self {
         Device {
             name: name.into(),
             registry,
             confirm,
+            link: None,
         }
     }
 
+    /// Adds the skills of other spokes reachable through `link`.
+    pub fn with_link(mut self, link: Link) -> Self {
+        self.link = Some(link);
+        self
+    }
+
     fn search(&self, query: &str) -> Value {
-        let hits = self
-            .registry
+        let registry = self.registry.current();
+        if let Some(link) = &self.link {
+            return link.with_peers(|peers| self.search_everywhere(&registry, peers.all(), query));
+        }
+        let hits = registry
             .search(query, usize::MAX)
             .into_iter()
             .filter(|hit| hit.function.model_callable)
@@ -99,15 +128,117 @@ impl Device {
         Value::Array(hits)
     }
 
-    fn skill_info(&self, class: &str) -> Result<Value, String> {
-        let Some(skill) = self.registry.class(class) else {
-            return Err(unknown_class(&self.registry, class));
+    /// Search over this device's and every online peer's skills: one entry per class,
+    /// function and signature, listing its devices, this one first.
+    fn search_everywhere<'p>(
+        &self,
+        registry: &Registry,
+        peers: impl Iterator<Item = &'p Peer>,
+        query: &str,
+    ) -> Value {
+        struct Entry {
+            doc: RemoteClass,
+            devices: Vec<String>,
+        }
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut add = |class: &dyn ClassLike, f: &SkillFunction, device: &str| {
+            let signature = f.signature();
+            if let Some(e) = entries.iter_mut().find(|e| {
+                e.doc.name == f.class
+                    && e.doc.functions[0].name == f.name
+                    && e.doc.functions[0].signature() == signature
+            }) {
+                if !e.devices.iter().any(|d| d == device) {
+                    e.devices.push(device.to_string());
+                }
+                return;
+            }
+            entries.push(Entry {
+                doc: class.single(f),
+                devices: vec![device.to_string()],
+            });
         };
-        Ok(class_info(skill))
+        for class in registry.classes() {
+            for f in class.functions.iter().filter(|f| f.model_callable) {
+                add(class, f, &self.name);
+            }
+        }
+        let mut online: Vec<&Peer> = peers.filter(|p| p.online).collect();
+        online.sort_by(|a, b| a.name.cmp(&b.name));
+        for peer in online {
+            for class in &peer.classes {
+                for f in &class.functions {
+                    add(class, f, &peer.name);
+                }
+            }
+        }
+        let docs: Vec<RemoteClass> = entries.iter().map(|e| e.doc.clone()).collect();
+        let hits = crate::skills::search::rank(&docs, query, usize::MAX);
+        let index_of = |f: &SkillFunction| {
+            docs.iter()
+                .position(|d| std::ptr::eq(&d.functions[0], f))
+                .unwrap_or(0)
+        };
+        let mut ranked: Vec<(f32, bool, usize)> = hits
+            .iter()
+            .map(|hit| {
+                let i = index_of(hit.function);
+                (hit.score, entries[i].devices[0] == self.name, i)
+            })
+            .collect();
+        // Best first; among equals, skills this device hosts first.
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+        Value::Array(
+            ranked
+                .into_iter()
+                .take(SEARCH_LIMIT)
+                .map(|(_, _, i)| {
+                    let f = &entries[i].doc.functions[0];
+                    json!({
+                        "name": f.qualified_name(),
+                        "class": f.class,
+                        "signature": f.signature(),
+                        "summary": f.summary,
+                        "devices": entries[i].devices,
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    fn skill_info(&self, class: &str) -> Result<Value, String> {
+        let registry = self.registry.current();
+        if let Some(skill) = registry.class(class) {
+            return Ok(class_info(skill));
+        }
+        if let Some(info) = self.remote_find(|peer| {
+            peer.classes
+                .iter()
+                .find(|c| c.name == class)
+                .map(|c| remote_class_info(c, &peer.name))
+        }) {
+            return Ok(info);
+        }
+        Err(unknown_class(&registry, class))
+    }
+
+    /// The first answer `f` gives for an online peer.
+    fn remote_find<R>(&self, f: impl Fn(&Peer) -> Option<R>) -> Option<R> {
+        let link = self.link.as_ref()?;
+        link.with_peers(|peers| peers.all().filter(|p| p.online).find_map(f))
     }
 
     fn function_info(&self, name: &str) -> Result<Value, String> {
-        let f = self.registry.function(name).map_err(|e| e.to_string())?;
+        let registry = self.registry.current();
+        let f = match registry.function(name) {
+            Ok(f) => f,
+            Err(error) => {
+                let remote = name.split_once('.').and_then(|(class, function)| {
+                    self.remote_find(|peer| peer.function(class, function).map(function_info))
+                });
+                return remote.ok_or_else(|| error.to_string());
+            }
+        };
         if !f.model_callable {
             return Err(format!(
                 "{} is not available to scripts",
@@ -124,6 +255,23 @@ impl Device {
         function: &str,
         args: &[Value],
     ) -> Result<Value, String> {
+        if let (Some(link), Some(target)) = (&self.link, device)
+            && normalise(target) != normalise(&self.name)
+        {
+            return self.call_named(link, target, class, function, args);
+        }
+        if let Some(link) = &self.link
+            && device.is_none()
+        {
+            let registry = self.registry.current();
+            let here = registry
+                .class(class)
+                .and_then(|c| c.function(function))
+                .is_some();
+            if !here && let Some(outcome) = self.call_anywhere(link, class, function, args) {
+                return outcome;
+            }
+        }
         if let Some(target) = device
             && normalise(target) != normalise(&self.name)
         {
@@ -134,10 +282,8 @@ impl Device {
             ));
         }
         let qualified = format!("{class}.{function}");
-        let f = self
-            .registry
-            .function(&qualified)
-            .map_err(|e| e.to_string())?;
+        let registry = self.registry.current();
+        let f = registry.function(&qualified).map_err(|e| e.to_string())?;
         if !f.model_callable {
             return Err(format!(
                 "{qualified} cannot be called from scripts; a person can run it with `strawberry-spoke skills call {qualified}`"
@@ -149,10 +295,147 @@ impl Device {
                 return Err(format!("the user did not allow {rendered}"));
             }
         }
-        self.registry
+        registry
             .call(class, function, args)
             .map_err(|e| e.to_string())
     }
+
+    /// `devices["name"].Class.fn(...)` for another device.
+    fn call_named(
+        &self,
+        link: &Link,
+        target: &str,
+        class: &str,
+        function: &str,
+        args: &[Value],
+    ) -> Result<Value, String> {
+        let qualified = format!("{class}.{function}");
+        let found = link.with_peers(|peers| {
+            let names: Vec<String> = peers
+                .all()
+                .map(|p| {
+                    let state = if p.online { "online" } else { "offline" };
+                    format!("`{}` ({state})", normalise(&p.name))
+                })
+                .collect();
+            match peers.all().find(|p| p.answers_to(target)) {
+                None => Err(format!(
+                    "no device named `{target}`; known devices: `{}` (this one){}{}",
+                    normalise(&self.name),
+                    if names.is_empty() { "" } else { ", " },
+                    names.join(", ")
+                )),
+                Some(p) if !p.online => Err(format!(
+                    "device `{}` is offline; {qualified} cannot run there now",
+                    normalise(&p.name)
+                )),
+                Some(p) => match p.function(class, function) {
+                    None => Err(format!(
+                        "device `{}` has no skill {qualified}; use device.search_skills(\"...\") to see what it offers",
+                        normalise(&p.name)
+                    )),
+                    Some(f) => Ok((p.id.clone(), p.name.clone(), f.clone())),
+                },
+            }
+        })?;
+        let (id, name, f) = found;
+        crate::skills::bind(&f, args).map_err(|e| e.to_string())?;
+        link.call_blocking(&id, &name, class, function, args)
+    }
+
+    /// A call this device cannot serve itself: to the one online device that can.
+    /// `None` when no other device knows the function either (the local error applies).
+    fn call_anywhere(
+        &self,
+        link: &Link,
+        class: &str,
+        function: &str,
+        args: &[Value],
+    ) -> Option<Result<Value, String>> {
+        let qualified = format!("{class}.{function}");
+        let (online, offline): (Vec<(String, String, SkillFunction)>, Vec<String>) = link
+            .with_peers(|peers| {
+                let mut online = Vec::new();
+                let mut offline = Vec::new();
+                for p in peers.all() {
+                    if let Some(f) = p.function(class, function) {
+                        if p.online {
+                            online.push((p.id.clone(), p.name.clone(), f.clone()));
+                        } else {
+                            offline.push(normalise(&p.name));
+                        }
+                    }
+                }
+                (online, offline)
+            });
+        match online.as_slice() {
+            [] if offline.is_empty() => None,
+            [] => Some(Err(format!(
+                "{qualified} is only on {}, which {} offline",
+                offline
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if offline.len() == 1 { "is" } else { "are" }
+            ))),
+            [(id, name, f)] => Some(
+                crate::skills::bind(f, args)
+                    .map_err(|e| e.to_string())
+                    .and_then(|_| link.call_blocking(id, name, class, function, args)),
+            ),
+            many => {
+                let names: Vec<String> = many.iter().map(|(_, n, _)| normalise(n)).collect();
+                Some(Err(format!(
+                    "{qualified} is on several devices: {}; pick one, e.g. devices[\"{}\"].{qualified}(...)",
+                    names
+                        .iter()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    names[0]
+                )))
+            }
+        }
+    }
+}
+
+/// Turns a class and one of its functions into a one-function class, for ranking local
+/// and remote skills together.
+trait ClassLike {
+    fn single(&self, f: &SkillFunction) -> RemoteClass;
+}
+
+impl ClassLike for SkillClass {
+    fn single(&self, f: &SkillFunction) -> RemoteClass {
+        RemoteClass {
+            name: self.name.clone(),
+            summary: self.summary.clone(),
+            description: self.description.clone(),
+            examples: self.examples.clone(),
+            functions: vec![f.clone()],
+        }
+    }
+}
+
+impl ClassLike for RemoteClass {
+    fn single(&self, f: &SkillFunction) -> RemoteClass {
+        RemoteClass {
+            functions: vec![f.clone()],
+            ..self.clone()
+        }
+    }
+}
+
+/// `device.get_skill_info` for a class another device hosts.
+fn remote_class_info(class: &RemoteClass, device: &str) -> Value {
+    json!({
+        "class": class.name,
+        "summary": class.summary,
+        "description": class.description,
+        "device": device,
+        "functions": class.functions.iter().map(function_info).collect::<Vec<_>>(),
+    })
 }
 
 impl DeviceHandler for Device {

@@ -11,10 +11,14 @@
 //! - [`skills`]: loading skill files, their documented signatures, search, calls.
 //! - [`sandbox`]: the wasmtime instance that runs model-written code.
 //! - [`device`]: the `device` object model code sees, wired to the skill registry.
+//! - [`mqtt`]: the link to the hub's broker: presence, registration, calls across devices.
+//! - [`daemon`]: the long-running spoke (`serve`): skills with hot reload and the link.
 //! - [`cli`]: the command line.
 
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod device;
+pub mod mqtt;
 pub mod sandbox;
 pub mod skills;

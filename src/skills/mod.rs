@@ -14,6 +14,7 @@ pub mod host_api;
 mod loader;
 pub mod search;
 pub mod storage;
+pub mod watch;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

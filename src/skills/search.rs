@@ -7,7 +7,46 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{SkillClass, SkillFunction, edit_distance};
+use super::{Example, SkillClass, SkillFunction, edit_distance};
+
+/// What the ranker reads of a skill class. Loaded classes implement it, and so do the
+/// descriptions of other spokes' skills, so local and remote skills rank on one scale.
+pub trait ClassText {
+    /// The class name, e.g. `VolumeSkill`.
+    fn name(&self) -> &str;
+    /// The class summary.
+    fn summary(&self) -> &str;
+    /// The rest of the class prose.
+    fn description(&self) -> &str;
+    /// Example requests with the code that serves them.
+    fn examples(&self) -> &[Example];
+    /// The functions to rank.
+    fn functions(&self) -> &[SkillFunction];
+}
+
+impl ClassText for SkillClass {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn summary(&self) -> &str {
+        &self.summary
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn examples(&self) -> &[Example] {
+        &self.examples
+    }
+    fn functions(&self) -> &[SkillFunction] {
+        &self.functions
+    }
+}
+
+/// Ranks the functions of `classes` for `query` on a one-off index, best first, at most
+/// `limit` (for sets that change between searches, such as skills across devices).
+pub fn rank<'a, C: ClassText>(classes: &'a [C], query: &str, limit: usize) -> Vec<SearchHit<'a>> {
+    Index::build(classes).search(classes, query, limit)
+}
 
 /// One search result: a function and how well it matched (higher is better).
 #[derive(Debug, Clone, Copy)]
@@ -59,17 +98,17 @@ struct Doc {
 
 impl Index {
     /// Indexes every function of `classes`.
-    pub(crate) fn build(classes: &[SkillClass]) -> Index {
+    pub(crate) fn build<C: ClassText>(classes: &[C]) -> Index {
         let mut docs = Vec::new();
         for (ci, class) in classes.iter().enumerate() {
             let class_tokens: Vec<String> = {
-                let mut t = tokens(&class.name);
+                let mut t = tokens(class.name());
                 if t.last().is_some_and(|l| l == "skill") {
                     t.pop();
                 }
                 t
             };
-            for (fi, f) in class.functions.iter().enumerate() {
+            for (fi, f) in class.functions().iter().enumerate() {
                 let mut doc = Doc {
                     class: ci,
                     function: fi,
@@ -86,10 +125,10 @@ impl Index {
                     doc.add(&tokens(&p.name), PARAM_NAME);
                     doc.add(&tokens(&p.description), MINOR);
                 }
-                doc.add(&tokens(&class.summary), CLASS_SUMMARY);
-                doc.add(&tokens(&class.description), MINOR);
+                doc.add(&tokens(class.summary()), CLASS_SUMMARY);
+                doc.add(&tokens(class.description()), MINOR);
                 let call = format!(".{}(", f.name);
-                for example in &class.examples {
+                for example in class.examples() {
                     let weight = if example.code.contains(&call) {
                         EXAMPLE_USING
                     } else {
@@ -115,13 +154,13 @@ impl Index {
     }
 
     /// Ranks the functions of `classes` (the ones this index was built from).
-    pub(crate) fn search<'a>(
+    pub(crate) fn search<'a, C: ClassText>(
         &self,
-        classes: &'a [SkillClass],
+        classes: &'a [C],
         query: &str,
         limit: usize,
     ) -> Vec<SearchHit<'a>> {
-        let function = |doc: &Doc| &classes[doc.class].functions[doc.function];
+        let function = |doc: &Doc| &classes[doc.class].functions()[doc.function];
         let mut query_terms = tokens(query);
         let mut seen = HashSet::new();
         query_terms.retain(|t| seen.insert(t.clone()));

@@ -1,0 +1,223 @@
+//! Serving calls from other devices: every request is checked, run off the connection
+//! task under a concurrency limit, and answered, with an error when anything fails.
+
+use std::sync::Arc;
+
+use rumqttc::v5::AsyncClient;
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::{Publish, PublishProperties};
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use crate::device::Confirm;
+use crate::skills::watch::LiveRegistry;
+
+use super::protocol::{CallRequest, CallResponse, SCHEMA_VERSION, Topics};
+use super::settings::{AllowList, LinkSettings};
+
+/// Largest correlation data echoed back.
+const MAX_CORRELATION: usize = 256;
+
+/// Where an answer goes.
+struct Answer {
+    topic: String,
+    correlation: Option<bytes::Bytes>,
+}
+
+/// Runs incoming calls against the local skills.
+pub(super) struct Server {
+    client: AsyncClient,
+    topics: Topics,
+    device_name: String,
+    allow: AllowList,
+    max_payload: usize,
+    max_concurrent: usize,
+    running: Arc<Semaphore>,
+    skills: Arc<LiveRegistry>,
+    confirm: Arc<dyn Confirm>,
+}
+
+impl Server {
+    pub(super) fn new(
+        client: AsyncClient,
+        settings: &LinkSettings,
+        skills: Arc<LiveRegistry>,
+        confirm: Arc<dyn Confirm>,
+    ) -> Server {
+        Server {
+            client,
+            topics: settings.topics.clone(),
+            device_name: settings.device_name.clone(),
+            allow: settings.allow.clone(),
+            max_payload: settings.max_payload,
+            max_concurrent: settings.max_concurrent,
+            running: Arc::new(Semaphore::new(settings.max_concurrent)),
+            skills,
+            confirm,
+        }
+    }
+
+    /// The skills this server runs.
+    pub(super) fn skills(&self) -> &LiveRegistry {
+        &self.skills
+    }
+
+    /// Takes one request off the connection task: answers it from a task of its own.
+    pub(super) fn accept(self: Arc<Self>, publish: Publish) {
+        let properties = publish.properties.unwrap_or_default();
+        let Some(response_topic) = properties.response_topic else {
+            tracing::warn!(
+                bytes = publish.payload.len(),
+                "a call without a response topic cannot be answered; ignored"
+            );
+            return;
+        };
+        if !self.topics.valid_response_topic(&response_topic) {
+            tracing::warn!(
+                topic = %response_topic.chars().take(80).collect::<String>(),
+                "a call asked for its answer outside {}/ (or on a wildcard or reserved topic); ignored",
+                self.topics.prefix()
+            );
+            return;
+        }
+        let correlation = properties
+            .correlation_data
+            .filter(|c| c.len() <= MAX_CORRELATION);
+        let payload = publish.payload;
+        let answer = Answer {
+            topic: response_topic,
+            correlation,
+        };
+        // Over the limit: answered `busy` at once, so a flood cannot queue up work.
+        match self.running.clone().try_acquire_owned() {
+            Ok(permit) => {
+                let handle = tokio::runtime::Handle::current();
+                // Straight to a blocking thread (the skill blocks), answered from there:
+                // one hand-off less than going through an async task first.
+                tokio::task::spawn_blocking(move || {
+                    let _permit = permit;
+                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        self.execute(&payload)
+                    }))
+                    .unwrap_or_else(|_| Err("the skill call crashed on the serving device".into()));
+                    self.send(&handle, answer, outcome);
+                });
+            }
+            Err(_) => {
+                let outcome = Err(format!(
+                    "`{}` is busy: {} calls are already running; try again shortly",
+                    self.device_name, self.max_concurrent
+                ));
+                let handle = tokio::runtime::Handle::current();
+                tokio::task::spawn_blocking(move || self.send(&handle, answer, outcome));
+            }
+        }
+    }
+
+    /// Publishes the answer; waits for room in the request channel when it is full,
+    /// so no call is left unanswered.
+    fn send(
+        &self,
+        handle: &tokio::runtime::Handle,
+        answer: Answer,
+        outcome: Result<Value, String>,
+    ) {
+        if let Err(error) = &outcome {
+            tracing::info!(%error, "remote call answered with an error");
+        }
+        let body = serde_json::to_vec(&CallResponse::from_result(outcome))
+            .unwrap_or_else(|_| br#"{"ok":false,"error":"unrenderable result"}"#.to_vec());
+        let properties = PublishProperties {
+            correlation_data: answer.correlation,
+            ..PublishProperties::default()
+        };
+        let sent = self.client.try_publish_with_properties(
+            answer.topic.clone(),
+            QoS::AtLeastOnce,
+            false,
+            body.clone(),
+            properties.clone(),
+        );
+        if sent.is_err() {
+            let sent = handle.block_on(self.client.publish_with_properties(
+                answer.topic,
+                QoS::AtLeastOnce,
+                false,
+                body,
+                properties,
+            ));
+            if let Err(e) = sent {
+                tracing::error!(error = %e, "cannot send an answer");
+            }
+        }
+    }
+
+    /// Checks and runs one request (blocking: the skill runs here).
+    fn execute(&self, payload: &[u8]) -> Result<Value, String> {
+        if payload.len() > self.max_payload {
+            return Err(format!(
+                "the call is {} bytes, over this device's limit of {} (mqtt.max_payload_bytes)",
+                payload.len(),
+                self.max_payload
+            ));
+        }
+        let request: CallRequest = serde_json::from_slice(payload).map_err(|e| {
+            format!(
+                "malformed call: {e}; expected {{\"class\": \"VolumeSkill\", \"function\": \"set\", \"args\": [40]}}"
+            )
+        })?;
+        if request.schema > SCHEMA_VERSION {
+            return Err(format!(
+                "call schema {} is newer than this device understands ({SCHEMA_VERSION}); update `{}`",
+                request.schema, self.device_name
+            ));
+        }
+        let qualified = format!("{}.{}", request.class, request.function);
+        let registry = self.skills.current();
+        let Some(f) = registry
+            .class(&request.class)
+            .and_then(|c| c.function(&request.function))
+        else {
+            return Err(format!(
+                "`{}` has no skill function {qualified}",
+                self.device_name
+            ));
+        };
+        if !self.allow.permits(f) {
+            return Err(if !f.model_callable {
+                format!("{qualified} can never be called from another device")
+            } else {
+                format!(
+                    "{qualified} is not open to other devices; add it to mqtt.remote_allow on `{}`",
+                    self.device_name
+                )
+            });
+        }
+        if f.confirm {
+            let from = if request.from.is_empty() {
+                "another device"
+            } else {
+                request.from.as_str()
+            };
+            let rendered = format!(
+                "{qualified}({}) from {from}",
+                request
+                    .args
+                    .iter()
+                    .map(Value::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            if !self.confirm.confirm(&rendered) {
+                return Err(format!(
+                    "the user of `{}` did not allow {rendered}",
+                    self.device_name
+                ));
+            }
+        }
+        tracing::debug!(function = %qualified, from = %request.from, "serving a remote call");
+        registry
+            .call(&request.class, &request.function, &request.args)
+            .map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,358 @@
+//! Turning `[mqtt]` into what the link needs: broker address, identity, credentials,
+//! TLS, and the security checks that must pass before anything is sent.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::skills::SkillFunction;
+
+use super::MqttError;
+use super::protocol::Topics;
+
+/// Where the broker is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Broker {
+    /// Host name or address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// `mqtts://`.
+    pub tls: bool,
+}
+
+impl Broker {
+    /// Parses `mqtt://HOST[:PORT]` / `mqtts://HOST[:PORT]` (also `tcp://`, `ssl://`).
+    pub fn parse(url: &str) -> Result<Broker, MqttError> {
+        let bad = |problem: &str| MqttError::BrokerUrl {
+            url: url.to_string(),
+            problem: problem.to_string(),
+        };
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
+        let tls = match scheme {
+            "mqtt" | "tcp" => false,
+            "mqtts" | "ssl" => true,
+            _ => return Err(bad("unknown scheme")),
+        };
+        let rest = rest.trim_end_matches('/');
+        if rest.contains('/') || rest.contains('@') {
+            return Err(bad(
+                "no path or user info allowed (credentials go in mqtt.username)",
+            ));
+        }
+        let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+            let (host, after) = v6.split_once(']').ok_or_else(|| bad("unclosed `[`"))?;
+            (host.to_string(), after.strip_prefix(':'))
+        } else {
+            match rest.rsplit_once(':') {
+                Some((h, p)) => (h.to_string(), Some(p)),
+                None => (rest.to_string(), None),
+            }
+        };
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        let port = match port {
+            Some(p) => p.parse().map_err(|_| bad("the port is not a number"))?,
+            None if tls => 8883,
+            None => 1883,
+        };
+        Ok(Broker { host, port, tls })
+    }
+
+    /// Whether the broker is on this machine.
+    pub fn is_loopback(&self) -> bool {
+        self.host == "localhost" || self.host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    }
+}
+
+/// The skills other devices may call (`mqtt.remote_allow`).
+#[derive(Debug, Clone)]
+pub struct AllowList(Vec<String>);
+
+impl AllowList {
+    /// From the configured entries.
+    pub fn new(entries: Vec<String>) -> AllowList {
+        AllowList(entries)
+    }
+
+    /// Whether other devices may call `f`: never a `@no_model` function; a `@confirm`
+    /// function only when named by class or function, not through `*`.
+    pub fn permits(&self, f: &SkillFunction) -> bool {
+        f.model_callable
+            && self
+                .0
+                .iter()
+                .any(|e| (e == "*" && !f.confirm) || *e == f.class || *e == f.qualified_name())
+    }
+}
+
+/// Everything the link needs to run.
+#[derive(Clone)]
+pub struct LinkSettings {
+    /// The broker.
+    pub broker: Broker,
+    /// This device's id in topics.
+    pub device_id: String,
+    /// This device's display name.
+    pub device_name: String,
+    /// Username and password, when configured.
+    pub credentials: Option<(String, String)>,
+    /// The TLS client configuration for `mqtts://`.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// Keep-alive interval.
+    pub keep_alive: Duration,
+    /// The topics.
+    pub topics: Topics,
+    /// How long an outgoing call may take.
+    pub call_timeout: Duration,
+    /// What other devices may call here.
+    pub allow: AllowList,
+    /// Largest call payload.
+    pub max_payload: usize,
+    /// Incoming calls at once.
+    pub max_concurrent: usize,
+}
+
+impl std::fmt::Debug for LinkSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No credentials in logs.
+        f.debug_struct("LinkSettings")
+            .field("broker", &self.broker)
+            .field("device_id", &self.device_id)
+            .field("device_name", &self.device_name)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LinkSettings {
+    /// The link settings of `config`; `None` in local mode (no broker configured).
+    /// Creates the device id on first use.
+    pub fn from_config(config: &Config) -> Result<Option<LinkSettings>, MqttError> {
+        let mqtt = &config.mqtt;
+        if mqtt.broker.trim().is_empty() {
+            return Ok(None);
+        }
+        let broker = Broker::parse(mqtt.broker.trim())?;
+        let password = if !mqtt.password_file.as_os_str().is_empty() {
+            let text = read("mqtt.password_file", &mqtt.password_file)?;
+            let text = String::from_utf8(text).map_err(|_| MqttError::File {
+                what: "mqtt.password_file",
+                path: mqtt.password_file.clone(),
+                problem: "not UTF-8 text".into(),
+            })?;
+            text.lines().next().unwrap_or_default().to_string()
+        } else {
+            mqtt.password.clone()
+        };
+        let credentials =
+            (!mqtt.username.is_empty()).then(|| (mqtt.username.clone(), password.clone()));
+        let has_cert = !mqtt.client_cert.as_os_str().is_empty();
+        if !broker.is_loopback() && !(broker.tls && (credentials.is_some() || has_cert)) {
+            let missing = match (broker.tls, credentials.is_some() || has_cert) {
+                (false, false) => "TLS and authentication",
+                (false, true) => "TLS",
+                _ => "authentication",
+            };
+            if !mqtt.allow_insecure {
+                return Err(MqttError::Insecure {
+                    host: broker.host.clone(),
+                    missing: missing.into(),
+                });
+            }
+            tracing::warn!(
+                broker = %broker.host,
+                missing,
+                "connecting without {missing} because mqtt.allow_insecure is set"
+            );
+        }
+        let tls = if broker.tls {
+            Some(Arc::new(tls_config(
+                &mqtt.ca_file,
+                &mqtt.client_cert,
+                &mqtt.client_key,
+            )?))
+        } else {
+            None
+        };
+        Ok(Some(LinkSettings {
+            broker,
+            device_id: device_id(&mqtt.device_id, &config.device.data_dir)?,
+            device_name: config.device.name.clone(),
+            credentials,
+            tls,
+            keep_alive: Duration::from_secs(mqtt.keep_alive_s),
+            topics: Topics::new(&mqtt.topic_prefix),
+            call_timeout: Duration::from_millis(mqtt.call_timeout_ms),
+            allow: AllowList::new(mqtt.remote_allow.clone()),
+            max_payload: mqtt.max_payload_bytes,
+            max_concurrent: mqtt.max_concurrent_calls,
+        }))
+    }
+}
+
+fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, MqttError> {
+    std::fs::read(path).map_err(|e| MqttError::File {
+        what,
+        path: path.to_path_buf(),
+        problem: e.to_string(),
+    })
+}
+
+fn tls_config(
+    ca_file: &Path,
+    client_cert: &Path,
+    client_key: &Path,
+) -> Result<rustls::ClientConfig, MqttError> {
+    let mut roots = rustls::RootCertStore::empty();
+    if ca_file.as_os_str().is_empty() {
+        let native = rustls_native_certs::load_native_certs();
+        roots.add_parsable_certificates(native.certs);
+        if roots.is_empty() {
+            return Err(MqttError::Tls(
+                "no system CA certificates found; install ca-certificates or set mqtt.ca_file"
+                    .into(),
+            ));
+        }
+    } else {
+        let pem = read("mqtt.ca_file", ca_file)?;
+        let certs = rustls_pemfile::certs(&mut pem.as_slice())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| pem_error("mqtt.ca_file", ca_file, e))?;
+        roots.add_parsable_certificates(certs);
+        if roots.is_empty() {
+            return Err(MqttError::File {
+                what: "mqtt.ca_file",
+                path: ca_file.to_path_buf(),
+                problem: "no usable PEM certificate in it".into(),
+            });
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| MqttError::Tls(e.to_string()))?
+        .with_root_certificates(roots);
+    match (
+        client_cert.as_os_str().is_empty(),
+        client_key.as_os_str().is_empty(),
+    ) {
+        (true, true) => Ok(builder.with_no_client_auth()),
+        (false, false) => {
+            let pem = read("mqtt.client_cert", client_cert)?;
+            let chain = rustls_pemfile::certs(&mut pem.as_slice())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| pem_error("mqtt.client_cert", client_cert, e))?;
+            let pem = read("mqtt.client_key", client_key)?;
+            let key = rustls_pemfile::private_key(&mut pem.as_slice())
+                .map_err(|e| pem_error("mqtt.client_key", client_key, e))?
+                .ok_or_else(|| MqttError::File {
+                    what: "mqtt.client_key",
+                    path: client_key.to_path_buf(),
+                    problem: "no private key in it".into(),
+                })?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| MqttError::Tls(format!("client certificate: {e}")))
+        }
+        _ => Err(MqttError::Tls(
+            "set both mqtt.client_cert and mqtt.client_key, or neither".into(),
+        )),
+    }
+}
+
+fn pem_error(what: &'static str, path: &Path, e: std::io::Error) -> MqttError {
+    MqttError::File {
+        what,
+        path: path.to_path_buf(),
+        problem: format!("not valid PEM: {e}"),
+    }
+}
+
+/// The configured id, or the one kept in `data_dir/device-id`, created on first use.
+fn device_id(configured: &str, data_dir: &Path) -> Result<String, MqttError> {
+    let valid = |id: &str| {
+        !id.is_empty()
+            && id.len() <= 64
+            && id
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
+    if !configured.is_empty() {
+        if !valid(configured) {
+            return Err(MqttError::DeviceId(format!(
+                "mqtt.device_id `{configured}` may only use a-z, 0-9 and `-` (at most 64)"
+            )));
+        }
+        return Ok(configured.to_string());
+    }
+    let path: PathBuf = data_dir.join("device-id");
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let id = text.trim();
+        if valid(id) {
+            return Ok(id.to_string());
+        }
+        return Err(MqttError::DeviceId(format!(
+            "{} does not hold a valid id (a-z, 0-9, `-`); delete it to create a new one",
+            path.display()
+        )));
+    }
+    let uuid = std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+        .map_err(|e| MqttError::DeviceId(format!("cannot create a random id: {e}")))?;
+    let id: String = uuid.trim().chars().filter(|c| *c != '-').take(16).collect();
+    std::fs::create_dir_all(data_dir)
+        .and_then(|()| std::fs::write(&path, format!("{id}\n")))
+        .map_err(|e| {
+            MqttError::DeviceId(format!(
+                "cannot keep the new id in {}: {e}; set mqtt.device_id or device.data_dir",
+                path.display()
+            ))
+        })?;
+    tracing::info!(device_id = %id, file = %path.display(), "created this device's id");
+    Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broker_urls() {
+        let b = Broker::parse("mqtts://hub.local").unwrap();
+        assert_eq!((b.host.as_str(), b.port, b.tls), ("hub.local", 8883, true));
+        let b = Broker::parse("mqtt://127.0.0.1:1999").unwrap();
+        assert!(b.is_loopback() && b.port == 1999 && !b.tls);
+        assert!(Broker::parse("[::1]").is_err());
+        assert!(Broker::parse("mqtt://[::1]:1883").unwrap().is_loopback());
+        assert!(Broker::parse("http://hub").is_err());
+        assert!(Broker::parse("mqtt://user:pw@hub").is_err());
+    }
+
+    #[test]
+    fn insecure_remote_broker_is_refused_unless_allowed() {
+        let mut config = Config::default();
+        config.mqtt.broker = "mqtt://hub.example".into();
+        config.mqtt.device_id = "kitchen".into();
+        let err = LinkSettings::from_config(&config).unwrap_err().to_string();
+        assert!(
+            err.contains("allow_insecure") && err.contains("TLS"),
+            "{err}"
+        );
+        config.mqtt.allow_insecure = true;
+        assert!(LinkSettings::from_config(&config).unwrap().is_some());
+        config.mqtt.broker = String::new();
+        assert!(LinkSettings::from_config(&config).unwrap().is_none());
+    }
+
+    #[test]
+    fn device_id_is_created_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = device_id("", dir.path()).unwrap();
+        assert_eq!(first.len(), 16);
+        assert_eq!(device_id("", dir.path()).unwrap(), first);
+        assert!(device_id("Bad Id", dir.path()).is_err());
+    }
+}
