@@ -11,10 +11,14 @@
 //! - [`skills`]: loading skill files, their documented signatures, search, calls.
 //! - [`sandbox`]: the wasmtime instance that runs model-written code.
 //! - [`device`]: the `device` object model code sees, wired to the skill registry.
+//! - [`hub`]: the OpenAI-compatible client for the model on the hub.
+//! - [`agent`]: the conversation loop: prompt, streamed reply, code runs, memory.
 //! - [`cli`]: the command line.
 
+pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod device;
+pub mod hub;
 pub mod sandbox;
 pub mod skills;
