@@ -81,7 +81,11 @@ fn bench_catalogue(c: &mut Criterion, classes: usize, per_class: usize) {
     let (registry, errors) = Registry::load(&config.skills.dir, &config.host_settings());
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(
-        registry.classes().iter().map(|c| c.functions.len()).sum::<usize>(),
+        registry
+            .classes()
+            .iter()
+            .map(|c| c.functions.len())
+            .sum::<usize>(),
         functions
     );
     let registry = Arc::new(registry);
@@ -118,7 +122,13 @@ fn bench_catalogue(c: &mut Criterion, classes: usize, per_class: usize) {
         budget_tokens: config.agent.prompt_budget_tokens,
     };
     c.bench_function(&format!("prompt/{functions}_functions"), |b| {
-        b.iter(|| black_box(prompt::system_prompt(&registry, &context, "what is the music level?")))
+        b.iter(|| {
+            black_box(prompt::system_prompt(
+                &registry,
+                &context,
+                "what is the music level?",
+            ))
+        })
     });
 }
 

@@ -341,8 +341,17 @@ impl Config {
         {
             *ca = dir.join(&*ca);
         }
-        if from_file.get("hub").and_then(|h| h.get("endpoints")).is_some() {
-            for key in self.hub.endpoints.iter_mut().filter_map(|e| e.api_key_file.as_mut()) {
+        if from_file
+            .get("hub")
+            .and_then(|h| h.get("endpoints"))
+            .is_some()
+        {
+            for key in self
+                .hub
+                .endpoints
+                .iter_mut()
+                .filter_map(|e| e.api_key_file.as_mut())
+            {
                 if key.is_relative() {
                     *key = dir.join(&*key);
                 }

@@ -46,7 +46,10 @@ async fn streams_text_from_a_real_server() {
         text.push_str(&piece);
         pieces += 1;
     }
-    println!("{pieces} pieces, finish_reason {:?}: {text}", stream.finish_reason());
+    println!(
+        "{pieces} pieces, finish_reason {:?}: {text}",
+        stream.finish_reason()
+    );
     assert!(pieces > 1, "not streamed: {text:?}");
     assert!(!text.trim().is_empty());
     assert!(stream.finish_reason().is_some());

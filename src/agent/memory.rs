@@ -100,7 +100,10 @@ mod tests {
     use super::*;
 
     fn turn(q: &str, a: &str) -> Vec<ChatMessage> {
-        vec![ChatMessage::new("user", q), ChatMessage::new("assistant", a)]
+        vec![
+            ChatMessage::new("user", q),
+            ChatMessage::new("assistant", a),
+        ]
     }
 
     #[test]
@@ -115,7 +118,12 @@ mod tests {
         let texts: Vec<&str> = history.iter().map(ChatMessage::text).collect();
         assert_eq!(
             texts,
-            ["second question", "second answer", "third question", "third answer"]
+            [
+                "second question",
+                "second answer",
+                "third question",
+                "third answer"
+            ]
         );
     }
 
@@ -142,7 +150,12 @@ mod tests {
             ],
             now,
         );
-        let texts: Vec<String> = s.history(now).0.iter().map(|m| m.text().to_string()).collect();
+        let texts: Vec<String> = s
+            .history(now)
+            .0
+            .iter()
+            .map(|m| m.text().to_string())
+            .collect();
         assert_eq!(texts, ["q", "a"]);
     }
 }

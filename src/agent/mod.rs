@@ -98,7 +98,12 @@ static TURN_IDS: AtomicU64 = AtomicU64::new(1);
 
 impl Agent {
     /// An agent over `registry`, running code in `sandbox`, talking to `hub`.
-    pub fn new(config: &Config, hub: HubClient, sandbox: Arc<Sandbox>, registry: Arc<Registry>) -> Self {
+    pub fn new(
+        config: &Config,
+        hub: HubClient,
+        sandbox: Arc<Sandbox>,
+        registry: Arc<Registry>,
+    ) -> Self {
         Agent {
             hub,
             sandbox,
@@ -161,7 +166,9 @@ impl Agent {
                 tracing::info!("session was idle; memory cleared");
             }
             let mut exchange = vec![ChatMessage::new("user", utterance)];
-            let result = self.rounds(&history, &mut exchange, utterance, events).await;
+            let result = self
+                .rounds(&history, &mut exchange, utterance, events)
+                .await;
             if let Err(error) = &result {
                 let _ = events.send(TurnEvent::Error(error.to_string()));
                 // Keep the roles alternating for chat templates that insist on it.
@@ -193,7 +200,10 @@ impl Agent {
     ) -> Result<(), TurnError> {
         let built = Instant::now();
         let system = ChatMessage::new("system", self.system_prompt(utterance));
-        tracing::debug!(prompt_us = built.elapsed().as_micros() as u64, "prompt built");
+        tracing::debug!(
+            prompt_us = built.elapsed().as_micros() as u64,
+            "prompt built"
+        );
         let tools = self.tools();
         let device = Arc::new(Device::new(
             self.device_name.clone(),
@@ -211,7 +221,11 @@ impl Agent {
             messages.extend_from_slice(exchange);
             let asked = Instant::now();
             let mut stream = self.hub.stream(&messages, tools.as_ref()).await?;
-            tracing::debug!(round, first_byte_ms = asked.elapsed().as_millis() as u64, "reply started");
+            tracing::debug!(
+                round,
+                first_byte_ms = asked.elapsed().as_millis() as u64,
+                "reply started"
+            );
             if stream.endpoint() > 0 && !told_fallback {
                 told_fallback = true;
                 let _ = events.send(TurnEvent::Notice(format!(
@@ -262,7 +276,12 @@ impl Agent {
             }
             let had_code = round_state.blocks > 0 || !calls.is_empty();
             let feedback = std::mem::take(&mut round_state.feedback);
-            tracing::debug!(round, blocks = round_state.blocks, tool_calls = calls.len(), "round done");
+            tracing::debug!(
+                round,
+                blocks = round_state.blocks,
+                tool_calls = calls.len(),
+                "round done"
+            );
 
             exchange.push(ChatMessage {
                 role: "assistant".into(),

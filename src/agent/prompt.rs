@@ -147,7 +147,8 @@ pub fn system_prompt(registry: &Registry, context: &PromptContext<'_>, utterance
     let mut out = head;
     out.push_str("Skill functions (device.Class.fn):\n");
     for class in registry.classes() {
-        let in_class: Vec<&&SkillFunction> = chosen.iter().filter(|f| f.class == class.name).collect();
+        let in_class: Vec<&&SkillFunction> =
+            chosen.iter().filter(|f| f.class == class.name).collect();
         if in_class.is_empty() {
             continue;
         }

@@ -103,7 +103,11 @@ mod tests {
 
     #[test]
     fn crlf_comments_and_split_chunks() {
-        let events = all(&[": keep-alive\r\n\r\nda", "ta: {\"a\":1}\r", "\n\r\ndata:[DONE]\n\n"]);
+        let events = all(&[
+            ": keep-alive\r\n\r\nda",
+            "ta: {\"a\":1}\r",
+            "\n\r\ndata:[DONE]\n\n",
+        ]);
         assert_eq!(data(&events), ["{\"a\":1}", "[DONE]"]);
     }
 

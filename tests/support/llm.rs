@@ -288,8 +288,10 @@ pub fn tool_call_reply(id: &str, code: &str, pieces: usize) -> Vec<String> {
     let arguments = json!({"code": code}).to_string();
     let size = arguments.len().div_ceil(pieces.max(1));
     let mut chunks = vec![delta_event(json!({"role": "assistant", "content": null}))];
-    chunks.push(delta_event(json!({"tool_calls": [{"index": 0, "id": id, "type": "function",
-        "function": {"name": "run_code", "arguments": ""}}]})));
+    chunks.push(delta_event(
+        json!({"tool_calls": [{"index": 0, "id": id, "type": "function",
+        "function": {"name": "run_code", "arguments": ""}}]}),
+    ));
     let chars: Vec<char> = arguments.chars().collect();
     for part in chars.chunks(size) {
         let part: String = part.iter().collect();
