@@ -5,6 +5,8 @@
 //! sandbox), 2 the thing asked for failed (a script error, a failing skill call,
 //! broken skill files in `skills check`).
 
+mod conversation;
+
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -57,6 +59,20 @@ pub enum Command {
     /// Run the spoke without audio: skills with hot reload and the MQTT link, until
     /// SIGTERM or SIGINT.
     Serve,
+    /// One conversation turn with the model, streamed to stdout; exit 2 when it failed.
+    Ask {
+        /// What to say.
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+    },
+    /// A conversation at the console (line editing, history; `/clear`, `/quit`).
+    Chat,
+    /// Print the exact request the first round of a turn would send.
+    Prompt {
+        /// What to say.
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+    },
 }
 
 /// `config ...`
@@ -106,6 +122,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             runtime()?.block_on(crate::daemon::serve(&config, Arc::new(ConsoleConfirm)))?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Ask { text } => conversation::ask(&config, &text.join(" ")),
+        Command::Chat => conversation::chat(&config),
+        Command::Prompt { text } => conversation::prompt(&config, &text.join(" ")),
     }
 }
 
@@ -130,7 +149,7 @@ fn init_logging(config: &Config) {
 }
 
 /// Loads the skill folder; broken files are reported and skipped.
-fn load_skills(config: &Config, dir: &Path) -> Registry {
+pub(crate) fn load_skills(config: &Config, dir: &Path) -> Registry {
     let (registry, errors) = Registry::load(dir, &config.host_settings());
     report_load_errors(&errors);
     registry
@@ -343,7 +362,7 @@ fn read_stdin() -> Result<String> {
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error worth a message.
-fn print_out(text: &str) -> Result<()> {
+pub(crate) fn print_out(text: &str) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     match stdout
         .write_all(text.as_bytes())

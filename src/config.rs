@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::hub::CodeMode;
 use crate::sandbox::Limits;
 use crate::skills::host_api::HostSettings;
 
@@ -40,6 +41,95 @@ pub struct Config {
     pub log: LogConfig,
     /// The link to the hub's MQTT broker.
     pub mqtt: MqttConfig,
+    /// The model endpoints.
+    pub hub: HubConfig,
+    /// The conversation loop.
+    pub agent: AgentConfig,
+}
+
+/// `[hub]`: where the language model is and how long to wait for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HubConfig {
+    /// OpenAI-compatible endpoints, tried in order; later ones are fallbacks.
+    /// Default: one, `http://localhost:8080/v1` (llama.cpp's server), model `default`.
+    pub endpoints: Vec<EndpointConfig>,
+    /// Time to establish a connection.
+    pub connect_timeout_ms: u64,
+    /// Time from sending the request to the first bytes of the reply.
+    pub first_byte_timeout_ms: u64,
+    /// Longest silence allowed between two pieces of a streamed reply.
+    pub chunk_timeout_ms: u64,
+    /// How long an endpoint that failed is skipped before it is tried again.
+    pub retry_down_after_ms: u64,
+    /// Largest reply (text) accepted in one round; an endless reply is stopped here.
+    pub max_reply_bytes: usize,
+    /// Extra CA certificate(s), PEM, trusted besides the system roots.
+    pub ca_file: Option<PathBuf>,
+    /// `fenced`: code comes as ```` ```rhai ```` blocks; `tools`: as native tool calls.
+    pub mode: CodeMode,
+}
+
+/// One model endpoint in `hub.endpoints`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointConfig {
+    /// Base URL, with or without `/v1` (or the full `/chat/completions` URL).
+    pub url: String,
+    /// The model name the server expects.
+    pub model: String,
+    /// File holding the API key (first line). Never printed or logged.
+    #[serde(default)]
+    pub api_key_file: Option<PathBuf>,
+    /// Environment variable holding the API key, when there is no file.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+}
+
+/// `[agent]`: the conversation loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// Rounds of code and feedback in one turn before it is ended.
+    pub max_rounds: u32,
+    /// Tokens (estimated as characters / 4) the system prompt may take; the skill
+    /// catalogue is cut to the most relevant functions to fit.
+    pub prompt_budget_tokens: usize,
+    /// Tokens of earlier turns kept as conversation memory.
+    pub memory_budget_tokens: usize,
+    /// A session forgets its memory after this much silence.
+    pub session_idle_secs: u64,
+}
+
+impl Default for HubConfig {
+    fn default() -> Self {
+        HubConfig {
+            endpoints: vec![EndpointConfig {
+                url: "http://localhost:8080/v1".into(),
+                model: "default".into(),
+                api_key_file: None,
+                api_key_env: None,
+            }],
+            connect_timeout_ms: 3_000,
+            first_byte_timeout_ms: 30_000,
+            chunk_timeout_ms: 15_000,
+            retry_down_after_ms: 60_000,
+            max_reply_bytes: 32 * 1024,
+            ca_file: None,
+            mode: CodeMode::Fenced,
+        }
+    }
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            max_rounds: 5,
+            prompt_budget_tokens: 3_000,
+            memory_budget_tokens: 2_000,
+            session_idle_secs: 300,
+        }
+    }
 }
 
 /// `[device]`: who this spoke is and where it keeps its data.
@@ -321,13 +411,39 @@ impl Config {
                 *path = dir.join(&*path);
             }
         }
+        if in_file("hub", "ca_file")
+            && let Some(ca) = &mut self.hub.ca_file
+        {
+            *ca = dir.join(&*ca);
+        }
+        if from_file
+            .get("hub")
+            .and_then(|h| h.get("endpoints"))
+            .is_some()
+        {
+            for key in self
+                .hub
+                .endpoints
+                .iter_mut()
+                .filter_map(|e| e.api_key_file.as_mut())
+            {
+                if key.is_relative() {
+                    *key = dir.join(&*key);
+                }
+            }
+        }
     }
 
     /// Rejects values that parse but cannot work.
     fn validate(&self, origin: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
-        let positive: [(&str, u64); 9] = [
+        let positive: [(&str, u64); 14] = [
             ("mqtt.call_timeout_ms", self.mqtt.call_timeout_ms),
             ("mqtt.max_payload_bytes", self.mqtt.max_payload_bytes as u64),
+            ("hub.connect_timeout_ms", self.hub.connect_timeout_ms),
+            ("hub.first_byte_timeout_ms", self.hub.first_byte_timeout_ms),
+            ("hub.chunk_timeout_ms", self.hub.chunk_timeout_ms),
+            ("hub.max_reply_bytes", self.hub.max_reply_bytes as u64),
+            ("agent.max_rounds", u64::from(self.agent.max_rounds)),
             ("sandbox.memory_mib", self.sandbox.memory_mib),
             ("sandbox.timeout_ms", self.sandbox.timeout_ms),
             ("sandbox.max_operations", self.sandbox.max_operations),
@@ -365,6 +481,13 @@ impl Config {
                 origin: origin("mqtt.topic_prefix"),
                 key: "mqtt.topic_prefix".into(),
                 message: "must be a non-empty topic without wildcards or a leading `/`".into(),
+            });
+        }
+        if self.hub.endpoints.is_empty() {
+            return Err(ConfigError::Invalid {
+                origin: origin("hub.endpoints"),
+                key: "hub.endpoints".into(),
+                message: "at least one endpoint is needed, e.g. [{ url = \"http://localhost:8080/v1\", model = \"default\" }]".into(),
             });
         }
         if self.sandbox.memory_mib > 4095 {
@@ -672,6 +795,38 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("mqtt.topic_prefix"), "{err}");
+    }
+
+    #[test]
+    fn hub_endpoints_from_file_and_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(
+            &path,
+            "[hub]\nmode = \"tools\"\nendpoints = [{ url = \"http://hub:8080\", model = \"big\", api_key_file = \"key\" }, { url = \"http://localhost:8081/v1\", model = \"small\" }]\n",
+        )
+        .unwrap();
+        let config = Config::load(
+            Some(&path),
+            env(&[("STRAWBERRY_SPOKE__AGENT__MAX_ROUNDS", "3")]),
+        )
+        .unwrap();
+        assert_eq!(config.hub.mode, CodeMode::Tools);
+        assert_eq!(config.hub.endpoints.len(), 2);
+        assert_eq!(
+            config.hub.endpoints[0].api_key_file,
+            Some(dir.path().join("key"))
+        );
+        assert_eq!(config.hub.endpoints[1].model, "small");
+        assert_eq!(config.agent.max_rounds, 3);
+        let err = Config::load(None, env(&[("STRAWBERRY_SPOKE__HUB__ENDPOINTS", "[]")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("hub.endpoints"), "{err}");
+        let err = Config::load(None, env(&[("STRAWBERRY_SPOKE__HUB__MODE", "xml")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("hub.mode"), "{err}");
     }
 
     #[test]

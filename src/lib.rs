@@ -13,12 +13,16 @@
 //! - [`device`]: the `device` object model code sees, wired to the skill registry.
 //! - [`mqtt`]: the link to the hub's broker: presence, registration, calls across devices.
 //! - [`daemon`]: the long-running spoke (`serve`): skills with hot reload and the link.
+//! - [`hub`]: the OpenAI-compatible client for the model on the hub.
+//! - [`agent`]: the conversation loop: prompt, streamed reply, code runs, memory.
 //! - [`cli`]: the command line.
 
+pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod device;
 pub mod mqtt;
+pub mod hub;
 pub mod sandbox;
 pub mod skills;

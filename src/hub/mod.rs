@@ -1,0 +1,391 @@
+//! The hub client: OpenAI-compatible Chat Completions, streamed (DESIGN.md 2.4).
+//!
+//! One client serves an ordered list of endpoints: the hub first, then perhaps a small
+//! model on the LAN or the device. A turn goes to the first healthy endpoint; one that
+//! cannot be reached (or answers 5xx) is marked down for a while so the next turns do
+//! not wait for it again, and the next endpoint is tried. Once a reply has started
+//! streaming it is never retried elsewhere: the user has already heard part of it.
+//!
+//! The HTTP stack is reqwest with rustls on the `ring` provider (no `aws-lc-sys`,
+//! which is painful to cross-compile) and the platform verifier (system roots), plus
+//! an optional extra CA. reqwest rather than hyper directly because it brings
+//! connection pooling, proxies-off defaults, TLS wiring and streamed bodies for a few
+//! lines; all the tolerance for server quirks lives in [`sse`] and [`stream`].
+//!
+//! The API key is read once from a file or an environment variable and only ever
+//! placed in the `Authorization` header; it is never logged or printed.
+
+pub mod sse;
+pub mod stream;
+
+pub use stream::{ChatStream, ToolCall};
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::config::{EndpointConfig, HubConfig};
+
+/// One message of a conversation, as Chat Completions takes it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// The text; `None` only for an assistant message that is all tool calls.
+    pub content: Option<String>,
+    /// Tool calls the assistant made (tool-call mode).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For `tool` messages: the call this answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    /// A message with `role` and text `content`.
+    pub fn new(role: &str, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role: role.into(),
+            content: Some(content.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+
+    /// The message's text, empty when it has none.
+    pub fn text(&self) -> &str {
+        self.content.as_deref().unwrap_or("")
+    }
+}
+
+/// What went wrong talking to the hub. Each message says what to check.
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    /// The client could not be built (bad CA file, unreadable key file...).
+    #[error("{0}")]
+    Setup(String),
+    /// No endpoint answered; one line per endpoint tried.
+    #[error("no model endpoint answered: {}", .0.join("; "))]
+    Unavailable(Vec<String>),
+    /// The reply stopped arriving.
+    #[error(
+        "the model stopped sending for {0:?} in the middle of its reply; check the hub's load or raise hub.chunk_timeout_ms"
+    )]
+    Stalled(Duration),
+    /// The connection broke in the middle of the reply.
+    #[error("the reply was cut off: {0}; check the hub and the network")]
+    Cut(String),
+    /// The server sent something that is not a Chat Completions stream.
+    #[error("the hub sent malformed data ({0}); is the endpoint URL an OpenAI-compatible API?")]
+    Malformed(String),
+    /// The reply went on past the configured size.
+    #[error(
+        "the model's reply passed {0} bytes without ending and was stopped (hub.max_reply_bytes)"
+    )]
+    TooLong(usize),
+    /// The server reported an error in the middle of the stream.
+    #[error("the hub reported an error: {0}")]
+    Server(String),
+}
+
+/// Whether code comes as fenced text or as native tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CodeMode {
+    /// ```` ```rhai ```` blocks in the text.
+    Fenced,
+    /// A `run_code` tool the server calls natively.
+    Tools,
+}
+
+/// A configured endpoint, ready to use.
+struct Endpoint {
+    url: String,
+    model: String,
+    api_key: Option<String>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("url", &self.url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "********"))
+            .finish()
+    }
+}
+
+/// The OpenAI-compatible chat client over the configured endpoints.
+#[derive(Debug)]
+pub struct HubClient {
+    http: reqwest::Client,
+    endpoints: Vec<Endpoint>,
+    /// Per endpoint: down until this instant.
+    down_until: Mutex<Vec<Option<Instant>>>,
+    first_byte_timeout: Duration,
+    chunk_timeout: Duration,
+    retry_after: Duration,
+    max_reply_bytes: usize,
+}
+
+impl HubClient {
+    /// A client for `config`'s endpoints. Reads API keys and the CA file now, so a
+    /// missing file is reported at start, not in the middle of a conversation.
+    pub fn new(config: &HubConfig) -> Result<HubClient, HubError> {
+        // reqwest is built without a default crypto provider; ring is ours. A second
+        // install (another client in the same process) is not an error.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
+            .tcp_nodelay(true);
+        if let Some(ca) = &config.ca_file {
+            let pem = std::fs::read(ca).map_err(|e| {
+                HubError::Setup(format!("cannot read hub.ca_file {}: {e}", ca.display()))
+            })?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+                HubError::Setup(format!(
+                    "hub.ca_file {} is not a PEM certificate: {e}",
+                    ca.display()
+                ))
+            })?;
+            builder = builder.tls_certs_merge(certs);
+        }
+        let http = builder
+            .build()
+            .map_err(|e| HubError::Setup(format!("cannot set up HTTP(S): {e}")))?;
+        let endpoints = config
+            .endpoints
+            .iter()
+            .map(endpoint)
+            .collect::<Result<Vec<_>, _>>()?;
+        if endpoints.is_empty() {
+            return Err(HubError::Setup(
+                "no model endpoint configured: add one to hub.endpoints".into(),
+            ));
+        }
+        Ok(HubClient {
+            http,
+            down_until: Mutex::new(vec![None; endpoints.len()]),
+            endpoints,
+            first_byte_timeout: Duration::from_millis(config.first_byte_timeout_ms),
+            chunk_timeout: Duration::from_millis(config.chunk_timeout_ms),
+            retry_after: Duration::from_millis(config.retry_down_after_ms),
+            max_reply_bytes: config.max_reply_bytes,
+        })
+    }
+
+    /// The model named by the first endpoint (what `prompt` shows).
+    pub fn primary_model(&self) -> &str {
+        &self.endpoints[0].model
+    }
+
+    /// The JSON body of a streamed request for `model`.
+    pub fn request_body(model: &str, messages: &[ChatMessage], tools: Option<&Value>) -> Value {
+        let mut body = serde_json::json!({
+            "model": model,
+            "messages": messages,
+            "stream": true,
+        });
+        if let Some(tools) = tools {
+            body["tools"] = tools.clone();
+        }
+        body
+    }
+
+    /// Starts a streamed reply from the first endpoint that answers. Endpoints marked
+    /// down are skipped until their retry time, unless every endpoint is down.
+    pub async fn stream(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&Value>,
+    ) -> Result<ChatStream, HubError> {
+        let order = self.order();
+        let mut failures = Vec::new();
+        for index in order {
+            let endpoint = &self.endpoints[index];
+            let body = Self::request_body(&endpoint.model, messages, tools);
+            let started = Instant::now();
+            match self.open(endpoint, &body).await {
+                Ok(stream) => {
+                    self.set_down(index, None);
+                    tracing::debug!(
+                        endpoint = %endpoint.url,
+                        first_byte_ms = started.elapsed().as_millis() as u64,
+                        "reply started"
+                    );
+                    return Ok(stream.with_endpoint(index, endpoint.url.clone()));
+                }
+                Err(message) => {
+                    tracing::warn!(endpoint = %endpoint.url, "{message}");
+                    self.set_down(index, Some(Instant::now() + self.retry_after));
+                    failures.push(format!("{}: {message}", endpoint.url));
+                }
+            }
+        }
+        Err(HubError::Unavailable(failures))
+    }
+
+    /// Endpoint indices to try, in order: healthy ones first (configured order), then
+    /// the ones marked down, so that a turn is never refused without trying.
+    fn order(&self) -> Vec<usize> {
+        let now = Instant::now();
+        let down = self
+            .down_until
+            .lock()
+            .map(|d| d.clone())
+            .unwrap_or_default();
+        let is_down = |i: usize| down.get(i).copied().flatten().is_some_and(|t| t > now);
+        let (up, down): (Vec<usize>, Vec<usize>) =
+            (0..self.endpoints.len()).partition(|&i| !is_down(i));
+        up.into_iter().chain(down).collect()
+    }
+
+    fn set_down(&self, index: usize, until: Option<Instant>) {
+        if let Ok(mut down) = self.down_until.lock()
+            && let Some(slot) = down.get_mut(index)
+        {
+            *slot = until;
+        }
+    }
+
+    /// Sends the request and waits for the headers and the first body bytes.
+    async fn open(&self, endpoint: &Endpoint, body: &Value) -> Result<ChatStream, String> {
+        let mut request = self.http.post(&endpoint.url).json(body);
+        if let Some(key) = &endpoint.api_key {
+            request = request.bearer_auth(key);
+        }
+        let attempt = async {
+            let response = request.send().await.map_err(describe_send_error)?;
+            let status = response.status();
+            if !status.is_success() {
+                let text = response.text().await.unwrap_or_default();
+                return Err(describe_status(status, &text));
+            }
+            let event_stream = response
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_none_or(|v| !v.contains("application/json"));
+            let mut stream = ChatStream::new(
+                response,
+                event_stream,
+                self.chunk_timeout,
+                self.max_reply_bytes,
+            );
+            stream.prime().await.map_err(|e| e.to_string())?;
+            Ok(stream)
+        };
+        match tokio::time::timeout(self.first_byte_timeout, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(format!(
+                "no answer within {} ms; is the model loaded? (hub.first_byte_timeout_ms)",
+                self.first_byte_timeout.as_millis()
+            )),
+        }
+    }
+}
+
+/// Reads an endpoint's key and normalises its URL.
+fn endpoint(config: &EndpointConfig) -> Result<Endpoint, HubError> {
+    let api_key = match (&config.api_key_file, &config.api_key_env) {
+        (Some(path), _) => Some(read_key_file(path)?),
+        (None, Some(var)) => Some(std::env::var(var).map_err(|_| {
+            HubError::Setup(format!(
+                "hub endpoint {}: environment variable {var} (api_key_env) is not set",
+                config.url
+            ))
+        })?),
+        (None, None) => None,
+    };
+    Ok(Endpoint {
+        url: completions_url(&config.url),
+        model: config.model.clone(),
+        api_key: api_key.filter(|k| !k.is_empty()),
+    })
+}
+
+fn read_key_file(path: &PathBuf) -> Result<String, HubError> {
+    std::fs::read_to_string(path)
+        .map(|k| k.trim().to_string())
+        .map_err(|e| {
+            HubError::Setup(format!(
+                "cannot read the API key file {}: {e}",
+                path.display()
+            ))
+        })
+}
+
+/// The chat completions URL for a base URL given with or without `/v1` (or in full).
+pub fn completions_url(base: &str) -> String {
+    let base = base.trim().trim_end_matches('/');
+    if base.ends_with("/chat/completions") {
+        base.to_string()
+    } else if base.ends_with("/v1") {
+        format!("{base}/chat/completions")
+    } else {
+        format!("{base}/v1/chat/completions")
+    }
+}
+
+fn describe_send_error(error: reqwest::Error) -> String {
+    if error.is_connect() {
+        let cause = std::error::Error::source(&error)
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        format!("cannot connect ({cause}); is the server running and the URL right?")
+    } else if error.is_timeout() {
+        "connection timed out (hub.connect_timeout_ms)".into()
+    } else {
+        format!("request failed: {error}")
+    }
+}
+
+fn describe_status(status: reqwest::StatusCode, body: &str) -> String {
+    let detail = serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| stream::error_message(&v))
+        .unwrap_or_else(|| body.chars().take(200).collect());
+    let hint = match status.as_u16() {
+        401 | 403 => "check the API key (api_key_file / api_key_env)",
+        404 => "check the endpoint URL and the model name",
+        400 | 422 => "the server rejected the request; check the model name",
+        429 => "the server is busy",
+        _ if status.is_server_error() => "the server failed; check its log",
+        _ => "unexpected answer",
+    };
+    format!("HTTP {status}: {detail} ({hint})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls_with_or_without_v1() {
+        assert_eq!(
+            completions_url("http://h:8080"),
+            "http://h:8080/v1/chat/completions"
+        );
+        assert_eq!(
+            completions_url("http://h:8080/v1/"),
+            "http://h:8080/v1/chat/completions"
+        );
+        assert_eq!(
+            completions_url("http://h/openai/v1/chat/completions"),
+            "http://h/openai/v1/chat/completions"
+        );
+    }
+
+    #[test]
+    fn key_never_in_debug_output() {
+        let e = Endpoint {
+            url: "u".into(),
+            model: "m".into(),
+            api_key: Some("sk-secret".into()),
+        };
+        assert!(!format!("{e:?}").contains("sk-secret"));
+    }
+}
