@@ -136,6 +136,24 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
+/// With a broker configured, a link that lets this process call other spokes' skills
+/// (serving them is `serve`'s job). Waits briefly for the connection; without it only
+/// local skills are reachable, which is said once.
+fn caller_link(rt: &tokio::runtime::Runtime, config: &Config) -> Result<Option<Link>> {
+    let Some(settings) = LinkSettings::from_config(config)? else {
+        return Ok(None);
+    };
+    Ok(Some(rt.block_on(async {
+        let link = Link::start(settings, Role::Caller);
+        if !link.wait_ready(LINK_WAIT).await {
+            tracing::warn!(
+                "not connected to the MQTT broker after {LINK_WAIT:?}; only local skills are reachable"
+            );
+        }
+        link
+    })))
+}
+
 fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&config.log.level))
@@ -317,22 +335,13 @@ fn exec(config: &Config, file: Option<&Path>, code: Option<String>) -> Result<Ex
         registry,
         Arc::new(ConsoleConfirm),
     );
-    // With a broker, other spokes' skills are reachable; this process only calls.
-    let mut link = None;
-    if let Some(settings) = LinkSettings::from_config(config)? {
-        let rt = runtime()?;
-        let started = rt.block_on(async {
-            let link = Link::start(settings, Role::Caller);
-            if !link.wait_ready(LINK_WAIT).await {
-                tracing::warn!("not connected to the MQTT broker after {LINK_WAIT:?}; only local skills are reachable");
-            }
-            link
-        });
-        device = device.with_link(started.clone());
-        link = Some((rt, started));
+    let rt = runtime()?;
+    let link = caller_link(&rt, config)?;
+    if let Some(link) = &link {
+        device = device.with_link(link.clone());
     }
     let outcome = sandbox.run(&code, &device);
-    if let Some((rt, link)) = link {
+    if let Some(link) = link {
         rt.block_on(link.shutdown());
     }
     print_out(&outcome.output)?;

@@ -22,7 +22,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod device;
-pub mod mqtt;
 pub mod hub;
+pub mod mqtt;
 pub mod sandbox;
 pub mod skills;

@@ -2,6 +2,8 @@
 //! see them, last will, calls between real spoke processes, broker restarts, password
 //! and TLS, hostile payloads on the call topic, and skill hot reload.
 
+#[path = "support/llm.rs"]
+mod llm;
 mod mosquitto;
 
 use std::path::PathBuf;
@@ -352,6 +354,53 @@ fn spokes_call_each_other_with_ambiguous_and_offline_cases() {
     // With the TV gone the shared skill is no longer ambiguous.
     let (code, out, err) = hall.exec("device.WhereSkill.where_am_i()");
     assert_eq!((code, out.as_str()), (0, "kitchen"), "{err}");
+}
+
+/// The conversation loop reaches skills on other spokes: `ask` on a device without the
+/// skill runs the model's code against the TV's skill over MQTT and feeds the result
+/// back to the model.
+#[test]
+fn ask_calls_a_skill_on_another_spoke() {
+    let broker = Broker::start();
+    let tv = SpokeDir::new("Living Room TV", "tv1", &broker.url(), "");
+    tv.skill("tv.rhai", &tv_skill("tv"));
+    let _tv = tv.serve();
+    registration(&broker, "tv1", |_| true);
+    wait_online(&broker, "tv1");
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(llm::ScriptedServer::start(vec![
+        llm::Reply::Chunks(llm::text_reply(&[
+            "Turning it up.\n```rh",
+            "ai\ndevice.TvSkill.set_volume(30)\n``",
+            "`\n",
+        ])),
+        llm::Reply::Chunks(llm::text_reply(&["The TV is at 30 now."])),
+    ]));
+    let kitchen = SpokeDir::new(
+        "Kitchen",
+        "kitchen",
+        &broker.url(),
+        &format!(
+            "\n[hub]\nendpoints = [{{ url = \"{}\", model = \"test\" }}]\n",
+            server.url
+        ),
+    );
+    let out = kitchen
+        .command(&["ask", "turn", "up", "the", "TV"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let said = stdout.find("Turning it up.").expect("first sentence");
+    let result = stdout.find("tv:30").expect("the remote result");
+    let answer = stdout.find("The TV is at 30 now.").expect("final answer");
+    assert!(said < result && result < answer, "{stdout}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let feedback = requests[1]["messages"].to_string();
+    assert!(feedback.contains("tv:30"), "{feedback}");
 }
 
 #[test]

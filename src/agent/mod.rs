@@ -29,8 +29,10 @@ use tracing::Instrument;
 use crate::config::{AgentConfig, Config};
 use crate::device::{Confirm, Device};
 use crate::hub::{ChatMessage, CodeMode, HubClient, HubError, ToolCall};
+use crate::mqtt::Link;
 use crate::sandbox::{RunOutcome, Sandbox};
 use crate::skills::Registry;
+use crate::skills::watch::LiveRegistry;
 use prompt::PromptContext;
 use segment::{Leftover, Segment, Segmenter};
 
@@ -88,7 +90,8 @@ pub enum TurnError {
 pub struct Agent {
     hub: HubClient,
     sandbox: Arc<Sandbox>,
-    registry: Arc<Registry>,
+    registry: Arc<LiveRegistry>,
+    link: Option<Link>,
     device_name: String,
     mode: CodeMode,
     config: AgentConfig,
@@ -104,14 +107,31 @@ impl Agent {
         sandbox: Arc<Sandbox>,
         registry: Arc<Registry>,
     ) -> Self {
+        Agent::live(config, hub, sandbox, Arc::new(LiveRegistry::new(registry)))
+    }
+
+    /// Like [`Agent::new`] over a registry that hot reload keeps current.
+    pub fn live(
+        config: &Config,
+        hub: HubClient,
+        sandbox: Arc<Sandbox>,
+        registry: Arc<LiveRegistry>,
+    ) -> Self {
         Agent {
             hub,
             sandbox,
             registry,
+            link: None,
             device_name: config.device.name.clone(),
             mode: config.hub.mode,
             config: config.agent.clone(),
         }
+    }
+
+    /// Lets model code reach the skills of other spokes through `link`.
+    pub fn with_link(mut self, link: Link) -> Self {
+        self.link = Some(link);
+        self
     }
 
     /// A new, empty session with this agent's memory settings.
@@ -131,7 +151,7 @@ impl Agent {
             mode: self.mode,
             budget_tokens: self.config.prompt_budget_tokens,
         };
-        prompt::system_prompt(&self.registry, &context, utterance)
+        prompt::system_prompt(&self.registry.current(), &context, utterance)
     }
 
     /// The exact request body the first round of a turn on `utterance` would send
@@ -205,13 +225,17 @@ impl Agent {
             "prompt built"
         );
         let tools = self.tools();
-        let device = Arc::new(Device::new(
+        let mut device = Device::live(
             self.device_name.clone(),
             self.registry.clone(),
             Arc::new(ChannelConfirm {
                 events: events.clone(),
             }),
-        ));
+        );
+        if let Some(link) = &self.link {
+            device = device.with_link(link.clone());
+        }
+        let device = Arc::new(device);
         let mut last_failed: Option<String> = None;
         let mut told_fallback = false;
         for round in 1..=self.config.max_rounds {

@@ -12,20 +12,13 @@ use anyhow::{Context, Result};
 use rustyline::error::ReadlineError;
 use tokio::sync::mpsc;
 
-use super::{load_skills, print_out};
+use super::{caller_link, load_skills, print_out, runtime};
 use crate::agent::{Agent, Session, TurnEvent};
 use crate::config::Config;
 use crate::device::{Confirm, ConsoleConfirm};
 use crate::hub::HubClient;
+use crate::mqtt::Link;
 use crate::sandbox::Sandbox;
-
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-}
 
 fn agent(config: &Config) -> Result<Agent> {
     let hub = HubClient::new(&config.hub)?;
@@ -34,12 +27,32 @@ fn agent(config: &Config) -> Result<Agent> {
     Ok(Agent::new(config, hub, Arc::new(sandbox), registry))
 }
 
+/// With a broker configured, model code reaches other spokes' skills too.
+fn connect(
+    runtime: &tokio::runtime::Runtime,
+    config: &Config,
+    agent: Agent,
+) -> Result<(Agent, Option<Link>)> {
+    Ok(match caller_link(runtime, config)? {
+        Some(link) => (agent.with_link(link.clone()), Some(link)),
+        None => (agent, None),
+    })
+}
+
+fn disconnect(runtime: &tokio::runtime::Runtime, link: Option<Link>) {
+    if let Some(link) = link {
+        runtime.block_on(link.shutdown());
+    }
+}
+
 /// `ask "text"`: one turn; exit 0 when it succeeded, 2 when it failed.
 pub fn ask(config: &Config, text: &str) -> Result<ExitCode> {
-    let agent = agent(config)?;
     let runtime = runtime()?;
+    let (agent, link) = connect(&runtime, config, agent(config)?)?;
     let mut session = agent.session();
-    let ok = runtime.block_on(turn(&agent, &mut session, text))?;
+    let ok = runtime.block_on(turn(&agent, &mut session, text));
+    disconnect(&runtime, link);
+    let ok = ok?;
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
@@ -58,8 +71,14 @@ pub fn prompt(config: &Config, text: &str) -> Result<ExitCode> {
 
 /// `chat`: turns over one session until `/quit` or end of input.
 pub fn chat(config: &Config) -> Result<ExitCode> {
-    let agent = agent(config)?;
     let runtime = runtime()?;
+    let (agent, link) = connect(&runtime, config, agent(config)?)?;
+    let ended = converse(config, &runtime, &agent);
+    disconnect(&runtime, link);
+    ended
+}
+
+fn converse(config: &Config, runtime: &tokio::runtime::Runtime, agent: &Agent) -> Result<ExitCode> {
     let mut session = agent.session();
     let mut editor = rustyline::DefaultEditor::new().context("cannot open the line editor")?;
     let history = config.device.data_dir.join("chat_history.txt");
@@ -85,7 +104,7 @@ pub fn chat(config: &Config) -> Result<ExitCode> {
                 eprintln!("(conversation forgotten)");
             }
             _ => {
-                runtime.block_on(turn(&agent, &mut session, line))?;
+                runtime.block_on(turn(agent, &mut session, line))?;
             }
         }
     }
