@@ -11,6 +11,7 @@
 //! - [`skills`]: loading skill files, their documented signatures, search, calls.
 //! - [`sandbox`]: the wasmtime instance that runs model-written code.
 //! - [`device`]: the `device` object model code sees, wired to the skill registry.
+//! - [`stt`]: speech to text on the device (whisper.cpp), importing faster-whisper models.
 //! - [`cli`]: the command line.
 
 pub mod cli;
@@ -18,3 +19,4 @@ pub mod config;
 pub mod device;
 pub mod sandbox;
 pub mod skills;
+pub mod stt;
