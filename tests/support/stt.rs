@@ -148,7 +148,7 @@ fn number_words(n: u64) -> Vec<String> {
         let rest = n % 100;
         if rest >= 20 {
             push(TENS[(rest / 10) as usize]);
-            if rest % 10 != 0 {
+            if !rest.is_multiple_of(10) {
                 push(ONES[(rest % 10) as usize]);
             }
         } else if rest > 0 || n == 0 {
@@ -162,7 +162,7 @@ fn number_words(n: u64) -> Vec<String> {
             below_thousand(n / 1000, &mut push);
             push("thousand");
         }
-        if n < 1000 || n % 1000 != 0 {
+        if n < 1000 || !n.is_multiple_of(1000) {
             below_thousand(n % 1000, &mut push);
         }
     }
