@@ -11,6 +11,7 @@ use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -21,6 +22,8 @@ use crate::device::{ConsoleConfirm, Device};
 use crate::mqtt::{Link, LinkSettings, Role};
 use crate::sandbox::Sandbox;
 use crate::skills::{LoadError, Registry, SkillClass, SkillFunction};
+use crate::stt::ct2::Quantize;
+use crate::stt::{SAMPLE_RATE, Transcriber, audio};
 
 /// How long `exec` waits for the broker before running with local skills only.
 const LINK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
@@ -72,6 +75,31 @@ pub enum Command {
         /// What to say.
         #[arg(required = true, num_args = 1..)]
         text: Vec<String>,
+    },
+    /// Transcribe a WAV file (any rate, any channels) with the configured model: the
+    /// transcript on stdout, timings on stderr.
+    Transcribe {
+        /// The recording.
+        file: PathBuf,
+    },
+    /// Speech-to-text models.
+    #[command(subcommand)]
+    Model(ModelCommand),
+}
+
+/// `model ...`
+#[derive(Debug, Subcommand)]
+pub enum ModelCommand {
+    /// Convert a faster-whisper (CTranslate2) Whisper model directory (model.bin,
+    /// config.json, vocabulary.txt) to a ggml file for `stt.model`.
+    ImportCt2 {
+        /// The faster-whisper model directory.
+        dir: PathBuf,
+        /// The ggml file to write.
+        out: PathBuf,
+        /// How to store the weights: f16, or q8_0 (half the size, faster on a Pi).
+        #[arg(long, default_value_t = Quantize::F16)]
+        quantize: Quantize,
     },
 }
 
@@ -125,6 +153,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Ask { text } => conversation::ask(&config, &text.join(" ")),
         Command::Chat => conversation::chat(&config),
         Command::Prompt { text } => conversation::prompt(&config, &text.join(" ")),
+        Command::Transcribe { file } => transcribe(&config, &file),
+        Command::Model(ModelCommand::ImportCt2 { dir, out, quantize }) => {
+            import_ct2(&dir, &out, quantize)
+        }
     }
 }
 
@@ -155,8 +187,15 @@ fn caller_link(rt: &tokio::runtime::Runtime, config: &Config) -> Result<Option<L
 }
 
 fn init_logging(config: &Config) {
+    // whisper.cpp narrates every model load at info level: keep it to warnings unless
+    // asked for by name.
+    let level = if config.log.level.contains("whisper_rs") {
+        config.log.level.clone()
+    } else {
+        format!("{},whisper_rs=warn", config.log.level)
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&config.log.level))
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Logs go to stderr: stdout carries what the user asked for.
     let _ = tracing_subscriber::fmt()
@@ -357,6 +396,76 @@ fn exec(config: &Config, file: Option<&Path>, code: Option<String>) -> Result<Ex
         }
         Err(error) => {
             eprintln!("error: {error}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+fn transcribe(config: &Config, file: &Path) -> Result<ExitCode> {
+    let started = Instant::now();
+    let recording = match audio::read_wav(file) {
+        Ok(recording) => recording,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let read = started.elapsed();
+    let started = Instant::now();
+    let samples = audio::resample(&recording.samples, recording.sample_rate, SAMPLE_RATE);
+    let resample = started.elapsed();
+    let transcriber = Transcriber::load(&config.stt.settings())?;
+    let transcript = match transcriber.transcribe(&samples) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    print_out(&format!("{}\n", transcript.text))?;
+    let converted = if recording.sample_rate == SAMPLE_RATE && recording.channels == 1 {
+        "none needed".to_string()
+    } else {
+        format!(
+            "{} ms ({} Hz, {} channel(s) -> 16 kHz mono)",
+            resample.as_millis(),
+            recording.sample_rate,
+            recording.channels
+        )
+    };
+    eprintln!(
+        "audio {:.2} s | read {} ms | resample {converted} | load {} ms | inference {} ms (audio_ctx {}, {} threads)",
+        transcript.audio.as_secs_f64(),
+        read.as_millis(),
+        transcriber.load_time().as_millis(),
+        transcript.inference.as_millis(),
+        transcript.audio_ctx,
+        config.stt.threads,
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn import_ct2(dir: &Path, out: &Path, quantize: Quantize) -> Result<ExitCode> {
+    let started = Instant::now();
+    match crate::stt::ct2::import(dir, out, quantize) {
+        Ok(s) => {
+            print_out(&format!(
+                "wrote {}: {} encoder + {} decoder layers, width {}, {} mel bands, vocabulary {}, {} tensors, {} weights, {:.1} MB in {} ms\n",
+                out.display(),
+                s.audio_layers,
+                s.text_layers,
+                s.state,
+                s.mels,
+                s.vocab,
+                s.tensors,
+                s.quantize,
+                s.bytes as f64 / 1e6,
+                started.elapsed().as_millis()
+            ))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
             Ok(ExitCode::from(2))
         }
     }

@@ -37,6 +37,8 @@ pub struct Config {
     pub skills: SkillsConfig,
     /// Limits for model-written code.
     pub sandbox: SandboxConfig,
+    /// Speech to text.
+    pub stt: SttConfig,
     /// Logging.
     pub log: LogConfig,
     /// The link to the hub's MQTT broker.
@@ -186,6 +188,20 @@ pub struct SandboxConfig {
     pub max_expr_depth: usize,
 }
 
+/// `[stt]`: speech to text on the device (whisper.cpp).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SttConfig {
+    /// A ggml Whisper model file (e.g. `ggml-tiny.en-q8_0.bin`; `strawberry-spoke model
+    /// import-ct2` makes one from a faster-whisper model). Default:
+    /// `models/ggml-tiny.en-q8_0.bin` in the working directory.
+    pub model: PathBuf,
+    /// CPU threads for inference. Default: the number of cores, at most 4.
+    pub threads: usize,
+    /// Spoken language (`en`, `de`, ...) or `auto` (multilingual models only).
+    pub language: String,
+}
+
 /// `[log]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -294,6 +310,27 @@ impl Default for SandboxConfig {
             max_map_len: limits.max_map_size,
             max_call_depth: limits.max_call_depth,
             max_expr_depth: limits.max_expr_depth,
+        }
+    }
+}
+
+impl Default for SttConfig {
+    fn default() -> Self {
+        SttConfig {
+            model: PathBuf::from("models/ggml-tiny.en-q8_0.bin"),
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get().min(4)),
+            language: "en".into(),
+        }
+    }
+}
+
+impl SttConfig {
+    /// What the transcriber needs.
+    pub fn settings(&self) -> crate::stt::Settings {
+        crate::stt::Settings {
+            model: self.model.clone(),
+            threads: self.threads,
+            language: self.language.clone(),
         }
     }
 }
@@ -432,11 +469,14 @@ impl Config {
                 }
             }
         }
+        if in_file("stt", "model") {
+            self.stt.model = dir.join(&self.stt.model);
+        }
     }
 
     /// Rejects values that parse but cannot work.
     fn validate(&self, origin: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
-        let positive: [(&str, u64); 14] = [
+        let positive: [(&str, u64); 15] = [
             ("mqtt.call_timeout_ms", self.mqtt.call_timeout_ms),
             ("mqtt.max_payload_bytes", self.mqtt.max_payload_bytes as u64),
             ("hub.connect_timeout_ms", self.hub.connect_timeout_ms),
@@ -444,6 +484,7 @@ impl Config {
             ("hub.chunk_timeout_ms", self.hub.chunk_timeout_ms),
             ("hub.max_reply_bytes", self.hub.max_reply_bytes as u64),
             ("agent.max_rounds", u64::from(self.agent.max_rounds)),
+            ("stt.threads", self.stt.threads as u64),
             ("sandbox.memory_mib", self.sandbox.memory_mib),
             ("sandbox.timeout_ms", self.sandbox.timeout_ms),
             ("sandbox.max_operations", self.sandbox.max_operations),
@@ -495,6 +536,19 @@ impl Config {
                 origin: origin("sandbox.memory_mib"),
                 key: "sandbox.memory_mib".into(),
                 message: "the guest is 32-bit wasm: at most 4095 MiB".into(),
+            });
+        }
+        let language = &self.stt.language;
+        if !(language == "auto"
+            || (2..=3).contains(&language.len())
+                && language.chars().all(|c| c.is_ascii_lowercase()))
+        {
+            return Err(ConfigError::Invalid {
+                origin: origin("stt.language"),
+                key: "stt.language".into(),
+                message: format!(
+                    "{language:?} is not a language code: use a code like \"en\" or \"de\", or \"auto\""
+                ),
             });
         }
         Ok(())
@@ -827,6 +881,37 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("hub.mode"), "{err}");
+    }
+
+    #[test]
+    fn stt_section_defaults_paths_and_checks() {
+        let config = Config::load(None, env(&[])).unwrap();
+        assert_eq!(config.stt.language, "en");
+        assert!((1..=4).contains(&config.stt.threads));
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "[stt]\nmodel = \"m/tiny.bin\"\nthreads = 3\n").unwrap();
+        let config = Config::load(
+            Some(&path),
+            env(&[("STRAWBERRY_SPOKE__STT__LANGUAGE", "de")]),
+        )
+        .unwrap();
+        let settings = config.stt.settings();
+        assert_eq!(settings.model, dir.path().join("m/tiny.bin"));
+        assert_eq!((settings.threads, settings.language.as_str()), (3, "de"));
+
+        let err = Config::load(None, env(&[("STRAWBERRY_SPOKE__STT__THREADS", "0")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("stt.threads"), "{err}");
+        let err = Config::load(None, env(&[("STRAWBERRY_SPOKE__STT__LANGUAGE", "English")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("stt.language") && err.contains("\"en\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! - [`daemon`]: the long-running spoke (`serve`): skills with hot reload and the link.
 //! - [`hub`]: the OpenAI-compatible client for the model on the hub.
 //! - [`agent`]: the conversation loop: prompt, streamed reply, code runs, memory.
+//! - [`stt`]: speech to text on the device (whisper.cpp), importing faster-whisper models.
 //! - [`cli`]: the command line.
 
 pub mod agent;
@@ -26,3 +27,4 @@ pub mod hub;
 pub mod mqtt;
 pub mod sandbox;
 pub mod skills;
+pub mod stt;

