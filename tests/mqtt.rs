@@ -492,6 +492,7 @@ fn password_and_tls() {
     let broker = Broker::start_with(Options {
         user: Some(("spoke".into(), "s3cret pass".into())),
         tls: true,
+        client_certs: false,
     });
     let url = format!("mqtts://localhost:{}", broker.port);
     let ca = broker.ca();
@@ -566,6 +567,70 @@ fn password_and_tls() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("allow_insecure"), "{err}");
+}
+
+/// A broker that requires client certificates: the spoke with `client_cert` and
+/// `client_key` gets in; one without them is refused and says so.
+#[test]
+fn client_certificate() {
+    let broker = Broker::start_with(Options {
+        user: None,
+        tls: true,
+        client_certs: true,
+    });
+    let url = format!("mqtts://localhost:{}", broker.port);
+    let d = broker.dir.path().display();
+    let good = SpokeDir::new(
+        "Kitchen",
+        "kitchen",
+        &url,
+        &format!(
+            "ca_file = \"{d}/ca.pem\"\nclient_cert = \"{d}/client.pem\"\nclient_key = \"{d}/client.key\""
+        ),
+    );
+    good.skill("greeter.rhai", GREETER);
+    let bad = SpokeDir::new(
+        "Intruder",
+        "intruder",
+        &url,
+        &format!("ca_file = \"{d}/ca.pem\""),
+    );
+    let _good = good.serve();
+    let mut bad_daemon = bad.serve();
+    let auth = [
+        "--cafile",
+        &format!("{d}/ca.pem"),
+        "--cert",
+        &format!("{d}/client.pem"),
+        "--key",
+        &format!("{d}/client.key"),
+    ]
+    .map(|s| s.to_string());
+    let auth: Vec<&str> = auth.iter().map(String::as_str).collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while broker
+        .retained("strawberry/devices/kitchen/status", &auth)
+        .as_deref()
+        != Some("online")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "never online with a client certificate: {}\n{}",
+            broker.log(),
+            std::fs::read_to_string(good.dir.path().join("serve.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !bad_daemon.log().contains("MQTT connection failed") {
+        assert!(Instant::now() < deadline, "{}", bad_daemon.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        broker.retained("strawberry/devices/intruder/status", &auth),
+        None
+    );
+    bad_daemon.kill9();
 }
 
 #[test]

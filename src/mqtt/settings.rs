@@ -256,7 +256,17 @@ fn tls_config(
                 })?;
             builder
                 .with_client_auth_cert(chain, key)
-                .map_err(|e| MqttError::Tls(format!("client certificate: {e}")))
+                .map_err(|e| {
+                    let hint = if format!("{e:?}").contains("UnsupportedCertVersion") {
+                        " (an X.509 version 1 certificate: issue it as version 3, e.g. `openssl x509 -req ... -extfile` with `extendedKeyUsage=clientAuth`)"
+                    } else {
+                        ""
+                    };
+                    MqttError::Tls(format!(
+                        "client certificate {} does not fit mqtt.client_key or cannot be used: {e}{hint}",
+                        client_cert.display()
+                    ))
+                })
         }
         _ => Err(MqttError::Tls(
             "set both mqtt.client_cert and mqtt.client_key, or neither".into(),

@@ -24,6 +24,9 @@ pub struct Options {
     pub user: Option<(String, String)>,
     /// Serve TLS with certificates generated into the broker's folder.
     pub tls: bool,
+    /// With `tls`: refuse clients without a certificate signed by the test CA
+    /// (`client.pem`/`client.key` in the broker's folder are one).
+    pub client_certs: bool,
 }
 
 fn free_port() -> u16 {
@@ -74,6 +77,9 @@ impl Broker {
                 "cafile {d}/ca.pem\ncertfile {d}/server.pem\nkeyfile {d}/server.key\n",
                 d = dir.path().display()
             ));
+            if options.client_certs {
+                conf.push_str("require_certificate true\n");
+            }
         }
         let conf_path = dir.path().join("mosquitto.conf");
         std::fs::write(&conf_path, conf).expect("write mosquitto.conf");
@@ -288,5 +294,39 @@ fn make_certificates(dir: &Path) {
         "ext.cnf",
         "-out",
         "server.pem",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=test spoke",
+        "-keyout",
+        "client.key",
+        "-out",
+        "client.csr",
+    ]);
+    // Version 3 with extensions: rustls refuses version 1 certificates.
+    std::fs::write(
+        dir.join("client.cnf"),
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+    )
+    .expect("write client.cnf");
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "client.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-days",
+        "2",
+        "-extfile",
+        "client.cnf",
+        "-out",
+        "client.pem",
     ]);
 }
