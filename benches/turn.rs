@@ -56,16 +56,22 @@ fn bench_catalogue(c: &mut Criterion, classes: usize, per_class: usize) {
         .enable_all()
         .build()
         .unwrap();
-    let code = "print(device.Zone1Skill.check_music_0(21))";
+    // `set_music_0` exists in every catalogue (see `write_skills`); the bench checks
+    // the call succeeded, so it never measures an error path.
+    let code = "print(device.Zone1Skill.set_music_0(21))";
     let server = runtime.block_on(llm::ScriptedServer::cycling(vec![
-        llm::Reply::Chunks(llm::text_reply_in_pieces(
-            &format!("Let me check the music.\n```rhai\n{code}\n```\n"),
-            6,
-        )),
-        llm::Reply::Chunks(llm::text_reply_in_pieces(
-            "The music level is 42. Anything else?",
-            6,
-        )),
+        // Each reply is the same SSE events a model streams (six characters per
+        // delta), written at once: the model's pace is not the spoke's time.
+        llm::Reply::Chunks(vec![
+            llm::text_reply_in_pieces(
+                &format!("Let me check the music.\n```rhai\n{code}\n```\n"),
+                6,
+            )
+            .concat(),
+        ]),
+        llm::Reply::Chunks(vec![
+            llm::text_reply_in_pieces("The music level is 42. Anything else?", 6).concat(),
+        ]),
     ]));
 
     let mut config = Config::default();
@@ -104,12 +110,18 @@ fn bench_catalogue(c: &mut Criterion, classes: usize, per_class: usize) {
                     .unwrap();
                 drop(tx);
                 let mut sentences = 0;
+                let mut printed = String::new();
                 while let Some(event) = rx.recv().await {
-                    if let TurnEvent::Sentence(_) = event {
-                        sentences += 1;
+                    match event {
+                        TurnEvent::Sentence(_) => sentences += 1,
+                        TurnEvent::CodeResult { output, result } => {
+                            assert!(result.is_ok(), "{result:?}");
+                            printed = output;
+                        }
+                        _ => {}
                     }
                 }
-                assert_eq!(sentences, 3);
+                assert_eq!((sentences, printed.trim()), (3, "42"));
             })
         })
     });

@@ -6,6 +6,7 @@
 //! (`Registry::search`) within a token budget, with an instruction to find the rest
 //! through `device.search_skills` and `device.get_function_info`.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use serde_json::{Value, json};
@@ -92,69 +93,46 @@ pub fn system_prompt(registry: &Registry, context: &PromptContext<'_>, utterance
     );
 
     let budget = context.budget_tokens;
-    let mut used = estimate_tokens(&head);
+    let used = estimate_tokens(&head);
     let callable: Vec<&SkillFunction> = registry
         .classes()
         .iter()
         .flat_map(|c| c.functions.iter())
         .filter(|f| f.model_callable)
         .collect();
-    let all_tokens: usize = callable
-        .iter()
-        .map(|f| estimate_tokens(&function_line(f)) + 1)
-        .sum::<usize>()
-        + registry
-            .classes()
-            .iter()
-            .map(|c| estimate_tokens(&class_line(&c.name, &c.summary)) + 1)
-            .sum::<usize>();
     // The catalogue header and the note about functions left out.
     let note_reserve = 80;
 
-    let chosen: Vec<&SkillFunction> = if used + all_tokens + note_reserve <= budget {
-        callable.clone()
-    } else {
-        // Most relevant first, then the rest, until the budget is spent.
-        let mut ranked: Vec<&SkillFunction> = registry
+    // The whole catalogue when it fits; else the most relevant functions first, then
+    // the rest, until the budget is spent. Lines are formatted once and only as far
+    // as the budget reaches, so a large catalogue costs little more than a small one.
+    let left = budget.saturating_sub(used + note_reserve);
+    let (mut chosen, all_fit) = take_within(registry, callable.iter().copied(), left);
+    if !all_fit {
+        let mut seen: HashSet<*const SkillFunction> = HashSet::new();
+        let ranked = registry
             .search(utterance, usize::MAX)
             .into_iter()
             .map(|hit| hit.function)
             .filter(|f| f.model_callable)
-            .collect();
-        for f in &callable {
-            if !ranked.iter().any(|r| std::ptr::eq(*r, *f)) {
-                ranked.push(f);
-            }
-        }
-        let mut chosen: Vec<&SkillFunction> = Vec::new();
-        let mut spent = used + note_reserve;
-        for f in ranked {
-            let mut cost = estimate_tokens(&function_line(f)) + 1;
-            if !chosen.iter().any(|c| c.class == f.class) {
-                cost += registry
-                    .class(&f.class)
-                    .map_or(0, |c| estimate_tokens(&class_line(&c.name, &c.summary)) + 1);
-            }
-            if spent + cost > budget {
-                break;
-            }
-            spent += cost;
-            chosen.push(f);
-        }
-        chosen
-    };
+            .chain(callable.iter().copied())
+            .filter(|f| seen.insert(*f as *const SkillFunction));
+        chosen = take_within(registry, ranked, left).0;
+    }
 
+    let mut by_class: HashMap<&str, Vec<&str>> = HashMap::new();
+    for (f, line) in &chosen {
+        by_class.entry(f.class.as_str()).or_default().push(line);
+    }
     let mut out = head;
     out.push_str("Skill functions (device.Class.fn):\n");
     for class in registry.classes() {
-        let in_class: Vec<&&SkillFunction> =
-            chosen.iter().filter(|f| f.class == class.name).collect();
-        if in_class.is_empty() {
+        let Some(lines) = by_class.get(class.name.as_str()) else {
             continue;
-        }
+        };
         out.push_str(&class_line(&class.name, &class.summary));
-        for f in in_class {
-            out.push_str(&function_line(f));
+        for line in lines {
+            out.push_str(line);
         }
     }
     if chosen.len() < callable.len() {
@@ -165,13 +143,13 @@ pub fn system_prompt(registry: &Registry, context: &PromptContext<'_>, utterance
             callable.len() - chosen.len()
         );
     }
-    used = estimate_tokens(&out);
+    let mut used = estimate_tokens(&out);
 
     // Few-shot examples from the classes shown, while the budget lasts.
     let mut examples = String::new();
     let mut count = 0;
     'classes: for class in registry.classes() {
-        if !chosen.iter().any(|f| f.class == class.name) {
+        if !by_class.contains_key(class.name.as_str()) {
             continue;
         }
         for example in &class.examples {
@@ -200,6 +178,34 @@ pub fn system_prompt(registry: &Registry, context: &PromptContext<'_>, utterance
         out.push_str(&examples);
     }
     out
+}
+
+/// `functions` in order with their catalogue lines, while they fit in `budget`
+/// tokens (a class line counts with the first function of its class); and whether
+/// all of them did.
+fn take_within<'r>(
+    registry: &Registry,
+    functions: impl Iterator<Item = &'r SkillFunction>,
+    budget: usize,
+) -> (Vec<(&'r SkillFunction, String)>, bool) {
+    let mut taken = Vec::new();
+    let mut classes: HashSet<&str> = HashSet::new();
+    let mut spent = 0;
+    for f in functions {
+        let line = function_line(f);
+        let mut cost = estimate_tokens(&line) + 1;
+        if classes.insert(f.class.as_str()) {
+            cost += registry
+                .class(&f.class)
+                .map_or(0, |c| estimate_tokens(&class_line(&c.name, &c.summary)) + 1);
+        }
+        if spent + cost > budget {
+            return (taken, false);
+        }
+        spent += cost;
+        taken.push((f, line));
+    }
+    (taken, true)
 }
 
 fn class_line(name: &str, summary: &str) -> String {

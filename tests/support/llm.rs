@@ -67,7 +67,8 @@ impl ScriptedServer {
                 let recorded = recorded.clone();
                 let script = script.clone();
                 tokio::spawn(async move {
-                    serve(socket, recorded, script, cycle).await;
+                    let mut socket = socket;
+                    while serve(&mut socket, recorded.clone(), script.clone(), cycle).await {}
                 });
             }
         });
@@ -99,13 +100,13 @@ pub async fn refusing_url() -> String {
 }
 
 async fn serve(
-    mut socket: TcpStream,
+    socket: &mut TcpStream,
     recorded: Arc<Mutex<Vec<Value>>>,
     script: Arc<Mutex<VecDeque<Reply>>>,
     cycle: bool,
-) {
-    let Some(body) = read_request(&mut socket).await else {
-        return;
+) -> bool {
+    let Some(body) = read_request(socket).await else {
+        return false;
     };
     let reply = {
         let mut script = script.lock().unwrap();
@@ -126,15 +127,17 @@ async fn serve(
     let _ = socket.set_nodelay(true);
     match reply {
         Reply::Chunks(chunks) => {
-            if stream_head(&mut socket).await.is_err() {
-                return;
+            // Benchmarks keep the connection, as real servers do; tests see one
+            // connection per request.
+            if stream_head(socket, cycle).await.is_err() {
+                return false;
             }
             for chunk in chunks {
-                if write_chunk(&mut socket, &chunk, !cycle).await.is_err() {
-                    return;
+                if write_chunk(socket, &chunk, !cycle).await.is_err() {
+                    return false;
                 }
             }
-            let _ = socket.write_all(b"0\r\n\r\n").await;
+            return socket.write_all(b"0\r\n\r\n").await.is_ok() && cycle;
         }
         Reply::Json(value) => {
             let body = value.to_string();
@@ -157,23 +160,23 @@ async fn serve(
             tokio::time::sleep(Duration::from_secs(3600)).await;
         }
         Reply::StallAfter(chunks) => {
-            if stream_head(&mut socket).await.is_err() {
-                return;
+            if stream_head(socket, false).await.is_err() {
+                return false;
             }
             for chunk in chunks {
-                if write_chunk(&mut socket, &chunk, !cycle).await.is_err() {
-                    return;
+                if write_chunk(socket, &chunk, !cycle).await.is_err() {
+                    return false;
                 }
             }
             tokio::time::sleep(Duration::from_secs(3600)).await;
         }
         Reply::CutAfter(chunks) => {
-            if stream_head(&mut socket).await.is_err() {
-                return;
+            if stream_head(socket, false).await.is_err() {
+                return false;
             }
             for chunk in chunks {
-                if write_chunk(&mut socket, &chunk, !cycle).await.is_err() {
-                    return;
+                if write_chunk(socket, &chunk, !cycle).await.is_err() {
+                    return false;
                 }
             }
             // A chunk that announces more bytes than ever come, then the close.
@@ -181,12 +184,13 @@ async fn serve(
             let _ = socket.shutdown().await;
         }
         Reply::Forever(chunk) => {
-            if stream_head(&mut socket).await.is_err() {
-                return;
+            if stream_head(socket, false).await.is_err() {
+                return false;
             }
-            while write_chunk(&mut socket, &chunk, !cycle).await.is_ok() {}
+            while write_chunk(socket, &chunk, !cycle).await.is_ok() {}
         }
     }
+    false
 }
 
 async fn read_request(socket: &mut TcpStream) -> Option<Vec<u8>> {
@@ -218,10 +222,11 @@ async fn read_request(socket: &mut TcpStream) -> Option<Vec<u8>> {
     Some(data[header_end..header_end + length].to_vec())
 }
 
-async fn stream_head(socket: &mut TcpStream) -> std::io::Result<()> {
+async fn stream_head(socket: &mut TcpStream, keep_alive: bool) -> std::io::Result<()> {
+    let connection = if keep_alive { "keep-alive" } else { "close" };
     socket
         .write_all(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+            format!("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nConnection: {connection}\r\n\r\n").as_bytes(),
         )
         .await
 }
