@@ -19,6 +19,7 @@
 //! - [`cli`]: the command line.
 
 pub mod agent;
+pub mod audio;
 pub mod cli;
 pub mod config;
 pub mod daemon;

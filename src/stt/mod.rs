@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use whisper_rs::{FullParams, SamplingStrategy, WhisperContext, WhisperContextParameters};
 
 /// The sample rate Whisper works at.
-pub const SAMPLE_RATE: u32 = 16_000;
+pub const SAMPLE_RATE: u32 = crate::audio::SAMPLE_RATE;
 
 /// whisper.cpp refuses input shorter than one second; shorter commands are padded
 /// with silence to this many samples.

@@ -1,0 +1,190 @@
+//! WAV files: read any PCM or float WAV as mono, and a source that delivers a file as
+//! the same 16 kHz frames a microphone does (for tests and `listen FILE.wav`).
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use super::resample::resample;
+use super::{FRAME_SAMPLES, Frame, SAMPLE_RATE};
+
+/// Why a WAV file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum AudioError {
+    /// The file could not be opened or is not a WAV file hound understands.
+    #[error("cannot read {path}: {source} (a PCM or float WAV file is expected)")]
+    Wav {
+        path: PathBuf,
+        #[source]
+        source: hound::Error,
+    },
+    /// The file holds no audio.
+    #[error("{path}: the file holds no audio")]
+    Empty { path: PathBuf },
+    /// The thread that delivers the frames could not start.
+    #[error("cannot start the audio source thread: {source}")]
+    Thread {
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A WAV file's audio, mixed to mono, at its own rate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recording {
+    /// Mono samples in `[-1, 1]`.
+    pub samples: Vec<f32>,
+    /// The file's sample rate.
+    pub sample_rate: u32,
+    /// The file's channel count (before mixing).
+    pub channels: u16,
+}
+
+/// Reads a WAV file (8/16/24/32-bit integer or 32-bit float, any rate, any channels)
+/// and mixes it to mono.
+pub fn read_wav(path: &Path) -> Result<Recording, AudioError> {
+    let wav_err = |source| AudioError::Wav {
+        path: path.to_path_buf(),
+        source,
+    };
+    let reader = hound::WavReader::open(path).map_err(wav_err)?;
+    let spec = reader.spec();
+    let channels = usize::from(spec.channels.max(1));
+    let interleaved: Vec<f32> = match spec.sample_format {
+        hound::SampleFormat::Float => reader
+            .into_samples::<f32>()
+            .collect::<Result<_, _>>()
+            .map_err(wav_err)?,
+        hound::SampleFormat::Int => {
+            let scale = 1.0 / (1u64 << (spec.bits_per_sample.clamp(1, 32) - 1)) as f32;
+            reader
+                .into_samples::<i32>()
+                .map(|s| s.map(|v| v as f32 * scale))
+                .collect::<Result<_, _>>()
+                .map_err(wav_err)?
+        }
+    };
+    if interleaved.len() < channels {
+        return Err(AudioError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    let samples = interleaved
+        .chunks_exact(channels)
+        .map(|frame| frame.iter().sum::<f32>() / channels as f32)
+        .collect();
+    Ok(Recording {
+        samples,
+        sample_rate: spec.sample_rate,
+        channels: spec.channels,
+    })
+}
+
+/// Reads a WAV file and returns 16 kHz mono samples, with the file's own format.
+pub fn read_wav_16k(path: &Path) -> Result<(Vec<f32>, Recording), AudioError> {
+    let recording = read_wav(path)?;
+    let samples = resample(&recording.samples, recording.sample_rate, SAMPLE_RATE);
+    Ok((samples, recording))
+}
+
+/// Cuts 16 kHz mono samples into [`Frame`]s of [`FRAME_SAMPLES`] (the last one may be
+/// shorter), numbered from `start`.
+pub fn frames(samples: &[f32], start: u64) -> impl Iterator<Item = Frame> + '_ {
+    samples
+        .chunks(FRAME_SAMPLES)
+        .enumerate()
+        .map(move |(i, chunk)| Frame {
+            start: start + (i * FRAME_SAMPLES) as u64,
+            samples: chunk.to_vec(),
+        })
+}
+
+/// A WAV file as a frame source: a thread sends its frames over a channel, like the
+/// microphone's capture thread, either as fast as the consumer takes them or at
+/// real-time pace. The channel closes at the end of the file.
+pub fn wav_source(
+    path: &Path,
+    real_time: bool,
+) -> Result<mpsc::Receiver<Frame>, AudioError> {
+    let (samples, _) = read_wav_16k(path)?;
+    // Bounded like the capture's channel: a slow consumer slows the file, not memory.
+    let (tx, rx) = mpsc::sync_channel(64);
+    std::thread::Builder::new()
+        .name("wav-source".into())
+        .spawn(move || {
+            let pace = Duration::from_secs_f64(FRAME_SAMPLES as f64 / f64::from(SAMPLE_RATE));
+            let started = std::time::Instant::now();
+            for (i, frame) in frames(&samples, 0).enumerate() {
+                if real_time {
+                    let due = pace * i as u32;
+                    if let Some(wait) = due.checked_sub(started.elapsed()) {
+                        std::thread::sleep(wait);
+                    }
+                }
+                if tx.send(frame).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(|source| AudioError::Thread { source })?;
+    Ok(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stereo_24_bit_wav_is_mixed_to_mono() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.wav");
+        let spec = hound::WavSpec {
+            channels: 2,
+            sample_rate: 22_050,
+            bits_per_sample: 24,
+            sample_format: hound::SampleFormat::Int,
+        };
+        let mut w = hound::WavWriter::create(&path, spec).unwrap();
+        for _ in 0..100 {
+            w.write_sample(1 << 22).unwrap(); // 0.5
+            w.write_sample(0).unwrap();
+        }
+        w.finalize().unwrap();
+        let rec = read_wav(&path).unwrap();
+        assert_eq!((rec.sample_rate, rec.channels), (22_050, 2));
+        assert_eq!(rec.samples.len(), 100);
+        assert!((rec.samples[0] - 0.25).abs() < 1e-6);
+    }
+
+    #[test]
+    fn bad_files_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.wav");
+        std::fs::write(&path, b"RIFF....not really").unwrap();
+        assert!(matches!(read_wav(&path), Err(AudioError::Wav { .. })));
+        let missing = read_wav(&dir.path().join("none.wav")).unwrap_err();
+        assert!(missing.to_string().contains("none.wav"), "{missing}");
+    }
+
+    #[test]
+    fn wav_source_delivers_numbered_frames() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.wav");
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: 16_000,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        };
+        let mut w = hound::WavWriter::create(&path, spec).unwrap();
+        for i in 0..1000 {
+            w.write_sample(i as i16).unwrap();
+        }
+        w.finalize().unwrap();
+        let got: Vec<Frame> = wav_source(&path, false).unwrap().iter().collect();
+        assert_eq!(got.len(), 4);
+        assert_eq!(got[3].start, 3 * FRAME_SAMPLES as u64);
+        assert_eq!(got.iter().map(|f| f.samples.len()).sum::<usize>(), 1000);
+        assert!((got[1].samples[0] - FRAME_SAMPLES as f32 / 32768.0).abs() < 1e-6);
+    }
+}
