@@ -29,3 +29,4 @@ pub mod mqtt;
 pub mod sandbox;
 pub mod skills;
 pub mod stt;
+pub mod vad;

@@ -1,0 +1,149 @@
+//! End of speech on real recordings: espeak-ng commands (from `tests/setup.sh`) padded
+//! with silence or with pink noise from sox, measured against where the speech really
+//! ends in the clean recording.
+
+#[path = "support/stt.rs"]
+mod stt_support;
+
+use std::path::Path;
+use std::process::Command;
+
+use strawberry_spoke::audio::wav::read_wav_16k;
+use strawberry_spoke::vad::{Endpoint, Endpointer, VadSettings};
+
+const RATE: f64 = 16_000.0;
+
+/// Pink noise at sox's `vol 0.05` (about -33 dBFS RMS), repeatable (`-R`).
+fn pink_noise(dir: &Path, seconds: u32) -> Vec<f32> {
+    let path = dir.join("noise.wav");
+    let status = Command::new("sox")
+        .args(["-R", "-n", "-r", "16000", "-c", "1", "-b", "16"])
+        .arg(&path)
+        .args(["synth", &seconds.to_string(), "pinknoise", "vol", "0.05"])
+        .status()
+        .expect("run sox (apt-get install sox)");
+    assert!(status.success());
+    read_wav_16k(&path).unwrap().0
+}
+
+/// First and last sample of the 10 ms windows louder than -45 dBFS: where the voice is.
+fn speech_bounds(clean: &[f32]) -> (usize, usize) {
+    let loud: Vec<usize> = clean
+        .chunks(160)
+        .enumerate()
+        .filter(|(_, w)| {
+            let ms = w.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>() / w.len() as f64;
+            10.0 * (ms + 1e-12).log10() > -45.0
+        })
+        .map(|(i, _)| i)
+        .collect();
+    (loud[0] * 160, (loud[loud.len() - 1] + 1) * 160)
+}
+
+/// `lead` s of silence, the clip, `tail` s of silence, plus `noise` (if any) everywhere.
+fn padded(clean: &[f32], lead: f64, tail: f64, noise: Option<&[f32]>) -> Vec<f32> {
+    let mut out = vec![0.0f32; (lead * RATE) as usize];
+    out.extend_from_slice(clean);
+    out.extend(std::iter::repeat_n(0.0, (tail * RATE) as usize));
+    if let Some(noise) = noise {
+        for (x, n) in out.iter_mut().zip(noise.iter().cycle()) {
+            *x += n;
+        }
+    }
+    out
+}
+
+/// Feeds audio in 20 ms pieces, as the microphone delivers it.
+fn run(settings: &VadSettings, audio: &[f32]) -> Option<Endpoint> {
+    let mut e = Endpointer::new(settings);
+    audio.chunks(320).find_map(|chunk| e.push(chunk))
+}
+
+fn check_end_of_speech(noise: Option<&[f32]>) {
+    let settings = VadSettings::default();
+    let clips = stt_support::clips();
+    let mut worst = 0.0f64;
+    let mut report = String::new();
+    for clip in &clips {
+        let clean = read_wav_16k(&clip.wav).unwrap().0;
+        let (first, last) = speech_bounds(&clean);
+        let lead = 1.0;
+        let audio = padded(&clean, lead, 3.0, noise);
+        let offset = (lead * RATE) as usize;
+        let (true_start, true_end) = ((offset + first) as f64, (offset + last) as f64);
+        match run(&settings, &audio) {
+            Some(Endpoint::Speech {
+                start,
+                end,
+                detected_at,
+            }) => {
+                let late = (detected_at as f64 - true_end) / RATE;
+                let start_err = (start as f64 - true_start) / RATE;
+                let end_err = (end as f64 - true_end) / RATE;
+                worst = worst.max(late);
+                report.push_str(&format!(
+                    "{}: start {start_err:+.2} s, end {end_err:+.2} s, decided {late:.2} s after the voice\n",
+                    clip.wav.file_name().unwrap().to_string_lossy()
+                ));
+                // The utterance is the whole command: not cut at a pause between words,
+                // not started late, and decided within half a second of the last word.
+                assert!(end_err > -0.1, "{}: cut early\n{report}", clip.text);
+                assert!(start_err.abs() < 0.15, "{}: start\n{report}", clip.text);
+                assert!(late <= 0.5, "{}: end decided {late:.2} s late\n{report}", clip.text);
+            }
+            other => panic!("{}: {other:?}\n{report}", clip.text),
+        }
+    }
+    eprintln!("{report}worst: end decided {worst:.2} s after the voice over {} clips", clips.len());
+}
+
+#[test]
+fn end_of_speech_in_silence_within_half_a_second() {
+    check_end_of_speech(None);
+}
+
+#[test]
+fn end_of_speech_in_pink_noise_within_half_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let noise = pink_noise(dir.path(), 7);
+    check_end_of_speech(Some(&noise));
+}
+
+#[test]
+fn noise_alone_hits_the_no_speech_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let noise = pink_noise(dir.path(), 8);
+    let settings = VadSettings {
+        no_speech_timeout_ms: 3000,
+        ..VadSettings::default()
+    };
+    assert_eq!(run(&settings, &noise), Some(Endpoint::NoSpeech { at: 48_000 }));
+    // Louder noise is still noise: the floor follows it.
+    let loud: Vec<f32> = noise.iter().map(|x| x * 4.0).collect();
+    assert_eq!(run(&settings, &loud), Some(Endpoint::NoSpeech { at: 48_000 }));
+}
+
+#[test]
+fn talking_on_and_on_hits_the_maximum_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let noise = pink_noise(dir.path(), 7);
+    // Five commands in a row with short pauses: about 10 s of talk.
+    let mut talk = Vec::new();
+    for clip in stt_support::clips().iter().take(5) {
+        talk.extend(read_wav_16k(&clip.wav).unwrap().0);
+        talk.extend(std::iter::repeat_n(0.0, 2400));
+    }
+    let audio = padded(&talk, 0.5, 2.0, Some(&noise));
+    let settings = VadSettings {
+        max_utterance_ms: 6000,
+        hangover_ms: 800,
+        ..VadSettings::default()
+    };
+    match run(&settings, &audio) {
+        Some(Endpoint::MaxLength { start: Some(start), at }) => {
+            assert_eq!(at, 96_000);
+            assert!((start as f64 / RATE - 0.5).abs() < 0.15, "{start}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
