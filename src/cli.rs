@@ -85,6 +85,17 @@ pub enum Command {
     /// Speech-to-text models.
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Sound devices.
+    #[command(subcommand)]
+    Audio(AudioCommand),
+}
+
+/// `audio ...`
+#[derive(Debug, Subcommand)]
+pub enum AudioCommand {
+    /// List inputs and outputs with their supported rates, channels and sample formats;
+    /// `*` marks the defaults. The first column is what `audio.input`/`audio.output` take.
+    Devices,
 }
 
 /// `model ...`
@@ -157,6 +168,16 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Model(ModelCommand::ImportCt2 { dir, out, quantize }) => {
             import_ct2(&dir, &out, quantize)
         }
+        Command::Audio(AudioCommand::Devices) => match crate::audio::devices::list() {
+            Ok(devices) => {
+                print_out(&crate::audio::devices::render(&devices))?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                Ok(ExitCode::from(2))
+            }
+        },
     }
 }
 

@@ -37,6 +37,10 @@ pub struct Config {
     pub skills: SkillsConfig,
     /// Limits for model-written code.
     pub sandbox: SandboxConfig,
+    /// Microphone and speaker.
+    pub audio: AudioConfig,
+    /// End-of-speech detection.
+    pub vad: VadConfig,
     /// Speech to text.
     pub stt: SttConfig,
     /// Logging.
@@ -200,6 +204,89 @@ pub struct SttConfig {
     pub threads: usize,
     /// Spoken language (`en`, `de`, ...) or `auto` (multilingual models only).
     pub language: String,
+}
+
+/// `[audio]`: the microphone and the speaker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AudioConfig {
+    /// The input device: its ALSA PCM name (`plughw:CARD=Mic,DEV=0`) or its description
+    /// as `strawberry-spoke audio devices` shows it. Empty: the default input.
+    pub input: String,
+    /// The output device, named the same way. Empty: the default output.
+    pub output: String,
+    /// Audio kept from before the wake word, so the first word is never clipped.
+    pub pre_roll_ms: u64,
+    /// First wait before reopening an input that is missing or failed; doubles per attempt.
+    pub retry_min_ms: u64,
+    /// Longest wait between attempts to reopen the input.
+    pub retry_max_ms: u64,
+    /// An input that delivers nothing for this long is taken as lost and reopened.
+    pub stall_timeout_ms: u64,
+}
+
+impl Default for AudioConfig {
+    fn default() -> Self {
+        let capture = crate::audio::CaptureSettings::default();
+        AudioConfig {
+            input: String::new(),
+            output: String::new(),
+            pre_roll_ms: 1_000,
+            retry_min_ms: millis(capture.retry_min),
+            retry_max_ms: millis(capture.retry_max),
+            stall_timeout_ms: millis(capture.stall_timeout),
+        }
+    }
+}
+
+impl AudioConfig {
+    /// What the capture thread needs.
+    pub fn capture_settings(&self) -> crate::audio::CaptureSettings {
+        crate::audio::CaptureSettings {
+            input: self.input.clone(),
+            retry_min: Duration::from_millis(self.retry_min_ms),
+            retry_max: Duration::from_millis(self.retry_max_ms),
+            stall_timeout: Duration::from_millis(self.stall_timeout_ms),
+        }
+    }
+}
+
+/// `[vad]`: when a command has ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VadConfig {
+    /// Silence after speech that ends the command.
+    pub hangover_ms: u64,
+    /// The longest command; it is cut here.
+    pub max_utterance_ms: u64,
+    /// How long to wait for speech after the wake word.
+    pub no_speech_timeout_ms: u64,
+    /// dB above the room's noise floor that counts as speech; lower is more sensitive.
+    pub threshold_db: f64,
+}
+
+impl Default for VadConfig {
+    fn default() -> Self {
+        let vad = crate::vad::VadSettings::default();
+        VadConfig {
+            hangover_ms: vad.hangover_ms,
+            max_utterance_ms: vad.max_utterance_ms,
+            no_speech_timeout_ms: vad.no_speech_timeout_ms,
+            threshold_db: vad.threshold_db,
+        }
+    }
+}
+
+impl VadConfig {
+    /// What the detector needs.
+    pub fn settings(&self) -> crate::vad::VadSettings {
+        crate::vad::VadSettings {
+            hangover_ms: self.hangover_ms,
+            max_utterance_ms: self.max_utterance_ms,
+            no_speech_timeout_ms: self.no_speech_timeout_ms,
+            threshold_db: self.threshold_db,
+        }
+    }
 }
 
 /// `[log]`.
@@ -538,6 +625,7 @@ impl Config {
                 message: "the guest is 32-bit wasm: at most 4095 MiB".into(),
             });
         }
+        self.validate_audio(origin)?;
         let language = &self.stt.language;
         if !(language == "auto"
             || (2..=3).contains(&language.len())
@@ -550,6 +638,61 @@ impl Config {
                     "{language:?} is not a language code: use a code like \"en\" or \"de\", or \"auto\""
                 ),
             });
+        }
+        Ok(())
+    }
+
+    /// `[audio]` and `[vad]`: ranges that make sense for a voice command.
+    fn validate_audio(&self, origin: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            origin: origin(key),
+            key: key.into(),
+            message,
+        };
+        let (audio, vad) = (&self.audio, &self.vad);
+        let ranges = [
+            ("audio.pre_roll_ms", audio.pre_roll_ms, 0, 10_000),
+            ("audio.retry_min_ms", audio.retry_min_ms, 10, 60_000),
+            ("audio.retry_max_ms", audio.retry_max_ms, 10, 600_000),
+            ("audio.stall_timeout_ms", audio.stall_timeout_ms, 200, 60_000),
+            ("vad.hangover_ms", vad.hangover_ms, 100, 5_000),
+            ("vad.max_utterance_ms", vad.max_utterance_ms, 1_000, 120_000),
+            ("vad.no_speech_timeout_ms", vad.no_speech_timeout_ms, 500, 60_000),
+        ];
+        for (key, value, min, max) in ranges {
+            if !(min..=max).contains(&value) {
+                return Err(invalid(
+                    key,
+                    format!("{value} is out of range: use {min} to {max} (milliseconds)"),
+                ));
+            }
+        }
+        if audio.retry_max_ms < audio.retry_min_ms {
+            return Err(invalid(
+                "audio.retry_max_ms",
+                format!(
+                    "{} is below audio.retry_min_ms ({}): the cap must be at least the first wait",
+                    audio.retry_max_ms, audio.retry_min_ms
+                ),
+            ));
+        }
+        if vad.hangover_ms >= vad.max_utterance_ms {
+            return Err(invalid(
+                "vad.hangover_ms",
+                format!(
+                    "{} must be shorter than vad.max_utterance_ms ({})",
+                    vad.hangover_ms, vad.max_utterance_ms
+                ),
+            ));
+        }
+        if !(3.0..=30.0).contains(&vad.threshold_db) {
+            return Err(invalid(
+                "vad.threshold_db",
+                format!(
+                    "{} is out of range: use 3 (very sensitive) to 30 (loud speech only); 9 is the default",
+                    vad.threshold_db
+                ),
+            ));
         }
         Ok(())
     }
@@ -912,6 +1055,62 @@ mod tests {
             err.contains("stt.language") && err.contains("\"en\""),
             "{err}"
         );
+    }
+
+    #[test]
+    fn audio_and_vad_sections_defaults_and_checks() {
+        let config = Config::load(None, env(&[])).unwrap();
+        assert_eq!(config.audio.input, "");
+        assert_eq!(config.audio.pre_roll_ms, 1000);
+        // The default ends a command within about half a second of silence.
+        assert!(config.vad.hangover_ms <= 400, "{:?}", config.vad);
+        assert_eq!(config.vad.settings(), crate::vad::VadSettings::default());
+        assert_eq!(
+            config.audio.capture_settings(),
+            crate::audio::CaptureSettings::default()
+        );
+
+        let file = write("[audio]\ninput = \"plughw:CARD=Mic,DEV=0\"\npre_roll_ms = 1500\n[vad]\nthreshold_db = 6.5\n");
+        let config = Config::load(
+            Some(file.path()),
+            env(&[("STRAWBERRY_SPOKE__VAD__HANGOVER_MS", "500")]),
+        )
+        .unwrap();
+        assert_eq!(config.audio.capture_settings().input, "plughw:CARD=Mic,DEV=0");
+        assert_eq!(config.audio.pre_roll_ms, 1500);
+        assert_eq!((config.vad.hangover_ms, config.vad.threshold_db), (500, 6.5));
+
+        let err = Config::load(None, env(&[("STRAWBERRY_SPOKE__VAD__HANGOVER_MS", "20")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("STRAWBERRY_SPOKE__VAD__HANGOVER_MS")
+                && err.contains("vad.hangover_ms")
+                && err.contains("100 to 5000"),
+            "{err}"
+        );
+        let file = write("[vad]\nthreshold_db = 0.5\n");
+        let err = Config::load(Some(file.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&file.path().display().to_string()) && err.contains("vad.threshold_db"),
+            "{err}"
+        );
+        let err = Config::load(
+            None,
+            env(&[
+                ("STRAWBERRY_SPOKE__AUDIO__RETRY_MIN_MS", "5000"),
+                ("STRAWBERRY_SPOKE__AUDIO__RETRY_MAX_MS", "1000"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("audio.retry_max_ms"), "{err}");
+        let err = Config::load(None, env(&[("STRAWBERRY_SPOKE__AUDIO__INPUTS", "x")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("audio.inputs") && err.contains("unknown field"), "{err}");
     }
 
     #[test]

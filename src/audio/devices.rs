@@ -38,11 +38,20 @@ pub struct FormatRange {
 /// Every device the host lists, inputs and outputs, with what they support.
 pub fn list() -> Result<Vec<DeviceInfo>, String> {
     let host = cpal::default_host();
-    let default_in = host.default_input_device().map(|d| device_id(&d));
-    let default_out = host.default_output_device().map(|d| device_id(&d));
-    let devices = host
+    let default_in = host.default_input_device();
+    let default_out = host.default_output_device();
+    let mut devices: Vec<cpal::Device> = host
         .devices()
-        .map_err(|e| format!("cannot list audio devices: {e}"))?;
+        .map_err(|e| format!("cannot list audio devices: {e}"))?
+        .collect();
+    // ALSA's `default` is not among the hints; list it first when the host has it.
+    for default in [&default_out, &default_in].into_iter().flatten() {
+        if !devices.contains(default) {
+            devices.insert(0, default.clone());
+        }
+    }
+    let default_in = default_in.map(|d| device_id(&d));
+    let default_out = default_out.map(|d| device_id(&d));
     let mut out = Vec::new();
     for device in devices {
         let id = device_id(&device);
@@ -50,13 +59,16 @@ pub fn list() -> Result<Vec<DeviceInfo>, String> {
             .description()
             .map(|d| d.name().to_string())
             .unwrap_or_default();
-        let input = device.supports_input().then(|| {
+        // ALSA's `default` says neither input nor output until opened: ask it both.
+        let is_default = default_in.as_deref() == Some(id.as_str())
+            || default_out.as_deref() == Some(id.as_str());
+        let input = (is_default || device.supports_input()).then(|| {
             device
                 .supported_input_configs()
                 .map(|c| summarise(c.collect()))
                 .map_err(|e| e.to_string())
         });
-        let output = device.supports_output().then(|| {
+        let output = (is_default || device.supports_output()).then(|| {
             device
                 .supported_output_configs()
                 .map(|c| summarise(c.collect()))
