@@ -213,6 +213,12 @@ pub struct AudioConfig {
     /// The input device: its ALSA PCM name (`plughw:CARD=Mic,DEV=0`) or its description
     /// as `strawberry-spoke audio devices` shows it. Empty: the default input.
     pub input: String,
+    /// Capture at this rate instead of the input's default (0: its default).
+    pub input_rate: u32,
+    /// Capture with this many channels instead of the input's default (0: its default).
+    pub input_channels: u16,
+    /// Capture in this sample format (`i16`, `i24`, `i32`, `f32`...; empty: the default).
+    pub input_format: String,
     /// The output device, named the same way. Empty: the default output.
     pub output: String,
     /// Audio kept from before the wake word, so the first word is never clipped.
@@ -230,6 +236,9 @@ impl Default for AudioConfig {
         let capture = crate::audio::CaptureSettings::default();
         AudioConfig {
             input: String::new(),
+            input_rate: 0,
+            input_channels: 0,
+            input_format: String::new(),
             output: String::new(),
             pre_roll_ms: 1_000,
             retry_min_ms: millis(capture.retry_min),
@@ -247,6 +256,9 @@ impl AudioConfig {
             retry_min: Duration::from_millis(self.retry_min_ms),
             retry_max: Duration::from_millis(self.retry_max_ms),
             stall_timeout: Duration::from_millis(self.stall_timeout_ms),
+            rate: (self.input_rate > 0).then_some(self.input_rate),
+            channels: (self.input_channels > 0).then_some(self.input_channels),
+            format: crate::audio::capture::parse_sample_format(&self.input_format),
         }
     }
 }
@@ -685,6 +697,23 @@ impl Config {
                 ),
             ));
         }
+        if !audio.input_format.is_empty()
+            && crate::audio::capture::parse_sample_format(&audio.input_format).is_none()
+        {
+            return Err(invalid(
+                "audio.input_format",
+                format!(
+                    "{:?} is not a sample format: use i16, i24, i32, f32 (or i8, u8, u16, u24, u32, i64, u64, f64), or leave it empty for the input's default",
+                    audio.input_format
+                ),
+            ));
+        }
+        if audio.input_rate != 0 && !(4_000..=384_000).contains(&audio.input_rate) {
+            return Err(invalid(
+                "audio.input_rate",
+                format!("{} Hz is out of range: use 4000 to 384000, or 0 for the input's default", audio.input_rate),
+            ));
+        }
         if !(3.0..=30.0).contains(&vad.threshold_db) {
             return Err(invalid(
                 "vad.threshold_db",
@@ -1107,6 +1136,23 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("audio.retry_max_ms"), "{err}");
+        let err = Config::load(None, env(&[("STRAWBERRY_SPOKE__AUDIO__INPUT_FORMAT", "s16")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("audio.input_format") && err.contains("i16"), "{err}");
+        let config = Config::load(
+            None,
+            env(&[
+                ("STRAWBERRY_SPOKE__AUDIO__INPUT_FORMAT", "i24"),
+                ("STRAWBERRY_SPOKE__AUDIO__INPUT_RATE", "16000"),
+            ]),
+        )
+        .unwrap();
+        let capture = config.audio.capture_settings();
+        assert_eq!(
+            (capture.rate, capture.channels, capture.format),
+            (Some(16_000), None, Some(cpal::SampleFormat::I24))
+        );
         let err = Config::load(None, env(&[("STRAWBERRY_SPOKE__AUDIO__INPUTS", "x")]))
             .unwrap_err()
             .to_string();

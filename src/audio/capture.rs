@@ -1,14 +1,18 @@
 //! The microphone: one thread owns the cpal input stream and turns whatever the device
 //! delivers into 16 kHz mono [`Frame`]s on a channel.
 //!
-//! Why a thread of its own: cpal's callback runs on the audio thread and must never
-//! block, so it only converts samples to f32, mixes them to mono and `try_send`s them
-//! (dropping, with a count, if the owner falls behind). The owner thread resamples,
-//! cuts frames, and handles the device's life: a device that is missing, fails to open,
-//! errors mid-stream or stops delivering is logged once per attempt with the inputs that
-//! do exist, and reopened after a backoff that doubles up to a cap. Nothing here panics
-//! on what the device does; the consumer just sees no frames for a while.
+//! Why this split: cpal's callback runs on the audio thread and must never block, so it
+//! converts (to f32, mono, 16 kHz: a few hundred multiply-adds per output sample) and
+//! `try_send`s whole frames, dropping them with a count if the consumer falls behind;
+//! it never waits on a lock or a full channel. Converting in the callback rather than on
+//! another thread means a burst from the device (catching up after a hiccup) is paced by
+//! the conversion itself instead of overflowing an intermediate queue. The owner thread
+//! handles the device's life: a device that is missing, fails to open, errors mid-stream
+//! or stops delivering is logged once per attempt with the inputs that do exist, and
+//! reopened after a backoff that doubles up to a cap. Nothing here panics on what the
+//! device does; the consumer just sees no frames for a while.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -18,9 +22,6 @@ use cpal::traits::{DeviceTrait, HostTrait, StreamTrait};
 
 use super::resample::Resampler;
 use super::{FRAME_SAMPLES, Frame, SAMPLE_RATE};
-
-/// Chunks the callback may queue for the owner (~1-2 s at typical period sizes).
-const CALLBACK_QUEUE: usize = 128;
 
 /// Frames queued for the consumer (5 s): beyond this frames are dropped, not hoarded.
 const FRAME_QUEUE: usize = 250;
@@ -37,6 +38,24 @@ pub struct CaptureSettings {
     pub retry_max: Duration,
     /// A stream that delivers nothing for this long is taken as lost and reopened.
     pub stall_timeout: Duration,
+    /// Open the input at this rate instead of its default (e.g. 16000 where the device
+    /// has it, to skip resampling). `None`: the device's default.
+    pub rate: Option<u32>,
+    /// Open the input with this many channels instead of its default.
+    pub channels: Option<u16>,
+    /// Open the input with this sample format (`i16`, `i24`, `i32`, `f32`...).
+    pub format: Option<cpal::SampleFormat>,
+}
+
+/// `i16`, `f32`... as a cpal sample format (the names cpal itself prints).
+pub fn parse_sample_format(name: &str) -> Option<cpal::SampleFormat> {
+    use cpal::SampleFormat as F;
+    [
+        F::I8, F::I16, F::I24, F::I32, F::I64, F::U8, F::U16, F::U24, F::U32, F::U64, F::F32,
+        F::F64,
+    ]
+    .into_iter()
+    .find(|f| f.to_string() == name)
 }
 
 impl Default for CaptureSettings {
@@ -46,6 +65,9 @@ impl Default for CaptureSettings {
             retry_min: Duration::from_millis(500),
             retry_max: Duration::from_secs(10),
             stall_timeout: Duration::from_secs(3),
+            rate: None,
+            channels: None,
+            format: None,
         }
     }
 }
@@ -105,6 +127,9 @@ pub enum CaptureStatus {
         device: String,
         /// Its native format, e.g. `48000 Hz, 2 ch, f32`.
         format: String,
+        /// How many times a device has been opened since the start (more than one:
+        /// it was lost and reopened).
+        opened: u32,
     },
     /// The last attempt failed; the next comes after `next_in`.
     Retrying {
@@ -138,7 +163,8 @@ impl Capture {
             frames: frame_tx,
             stop: stop_rx,
             status: status.clone(),
-            position: 0,
+            shared: Arc::default(),
+            opened: 0,
         };
         let thread = std::thread::Builder::new()
             .name("audio-capture".into())
@@ -176,10 +202,63 @@ fn lock(status: &Mutex<CaptureStatus>) -> std::sync::MutexGuard<'_, CaptureStatu
     status.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// What the callback hands the owner.
-enum Chunk {
-    Samples(Vec<f32>),
-    Error(String),
+/// What the callback shares with the owner thread.
+#[derive(Debug, Default)]
+struct Shared {
+    /// 16 kHz samples delivered since the capture started (across reopens).
+    position: AtomicU64,
+    /// Frames made from the device's audio, to notice a stream that stopped.
+    frames: AtomicU64,
+    /// The consumer dropped its receiver.
+    consumer_gone: AtomicBool,
+}
+
+/// The callback's state: mono samples in, 16 kHz frames out.
+struct Converter {
+    channels: usize,
+    resampler: Resampler,
+    pending: Vec<f32>,
+    frames: SyncSender<Frame>,
+    shared: Arc<Shared>,
+    dropped: u64,
+}
+
+impl Converter {
+    fn push(&mut self, data: &cpal::Data) {
+        let Some(mono) = to_mono_f32(data, self.channels) else {
+            return;
+        };
+        self.resampler.push(&mono, &mut self.pending);
+        let whole = self.pending.len() / FRAME_SAMPLES * FRAME_SAMPLES;
+        for samples in self.pending[..whole].chunks_exact(FRAME_SAMPLES) {
+            let start = self
+                .shared
+                .position
+                .fetch_add(FRAME_SAMPLES as u64, Ordering::Relaxed);
+            let frame = Frame {
+                start,
+                samples: samples.to_vec(),
+            };
+            // Counted whether or not the consumer keeps up: the device is alive.
+            self.shared.frames.fetch_add(1, Ordering::Relaxed);
+            match self.frames.try_send(frame) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => {
+                    self.dropped += 1;
+                    if self.dropped.is_power_of_two() {
+                        tracing::warn!(
+                            dropped = self.dropped,
+                            "audio consumer falling behind: frames dropped"
+                        );
+                    }
+                }
+                Err(TrySendError::Disconnected(_)) => {
+                    self.shared.consumer_gone.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+        self.pending.drain(..whole);
+    }
 }
 
 /// How a running stream ended.
@@ -193,8 +272,9 @@ struct Owner {
     frames: SyncSender<Frame>,
     stop: Receiver<()>,
     status: Arc<Mutex<CaptureStatus>>,
-    /// 16 kHz samples delivered so far (plus gaps).
-    position: u64,
+    shared: Arc<Shared>,
+    /// Successful opens so far.
+    opened: u32,
 }
 
 impl Owner {
@@ -230,7 +310,7 @@ impl Owner {
         }
     }
 
-    fn open(&self) -> Result<OpenStream, CaptureError> {
+    fn open(&mut self) -> Result<OpenStream, CaptureError> {
         let host = cpal::default_host();
         let device = find_input(&host, &self.settings.input)?;
         let id = device_id(&device);
@@ -239,116 +319,113 @@ impl Owner {
             message: e.to_string(),
             available: input_names(&host),
         };
-        let supported = device.default_input_config().map_err(open_err)?;
+        let supported = self.choose_config(&device).map_err(|message| CaptureError::Open {
+            device: id.clone(),
+            message,
+            available: input_names(&host),
+        })?;
         let format = supported.sample_format();
         let config = supported.config();
-        let channels = usize::from(config.channels.max(1));
-        let (tx, rx) = mpsc::sync_channel(CALLBACK_QUEUE);
-        let errors = tx.clone();
-        let mut dropped = 0u64;
-        let stream = device
-            .build_input_stream_raw(
-                config,
-                format,
-                move |data: &cpal::Data, _: &cpal::InputCallbackInfo| {
-                    let Some(mono) = to_mono_f32(data, channels) else {
-                        return;
-                    };
-                    if let Err(TrySendError::Full(_)) = tx.try_send(Chunk::Samples(mono)) {
-                        // The owner is behind; never block the audio thread.
-                        dropped += 1;
-                        if dropped.is_power_of_two() {
-                            tracing::warn!(dropped, "audio capture falling behind: chunks dropped");
-                        }
-                    }
-                },
-                move |error: cpal::Error| {
-                    if error.kind() == cpal::ErrorKind::Xrun {
-                        tracing::debug!("audio input overrun: {error}");
-                        return;
-                    }
-                    let _ = errors.try_send(Chunk::Error(error.to_string()));
-                },
-                None,
-            )
-            .map_err(open_err)?;
         if !is_convertible(format) {
             return Err(CaptureError::Format {
                 device: id,
                 format: format.to_string(),
             });
         }
+        let mut converter = Converter {
+            channels: usize::from(config.channels.max(1)),
+            resampler: Resampler::new(config.sample_rate, SAMPLE_RATE),
+            pending: Vec::with_capacity(FRAME_SAMPLES * 8),
+            frames: self.frames.clone(),
+            shared: self.shared.clone(),
+            dropped: 0,
+        };
+        let (errors, error_rx) = mpsc::sync_channel(8);
+        let stream = device
+            .build_input_stream_raw(
+                config,
+                format,
+                move |data: &cpal::Data, _: &cpal::InputCallbackInfo| converter.push(data),
+                move |error: cpal::Error| {
+                    if error.kind() == cpal::ErrorKind::Xrun {
+                        tracing::debug!("audio input overrun: {error}");
+                        return;
+                    }
+                    let _ = errors.try_send(error.to_string());
+                },
+                None,
+            )
+            .map_err(open_err)?;
         stream.play().map_err(open_err)?;
         let described = format!("{} Hz, {} ch, {format}", config.sample_rate, config.channels);
         tracing::info!(device = %id, format = %described, "audio input open");
+        self.opened += 1;
         *lock(&self.status) = CaptureStatus::Running {
             device: id.clone(),
             format: described,
+            opened: self.opened,
         };
         Ok(OpenStream {
             _stream: stream,
-            chunks: rx,
-            rate: config.sample_rate,
+            errors: error_rx,
             device: id,
         })
     }
 
-    /// Moves audio from the stream to the consumer until the stream fails or stop.
+    /// The device's default configuration, with the configured rate, channels and format
+    /// in place of its own where they are set.
+    fn choose_config(&self, device: &cpal::Device) -> Result<cpal::SupportedStreamConfig, String> {
+        let s = &self.settings;
+        let default = device.default_input_config().map_err(|e| e.to_string())?;
+        if s.rate.is_none() && s.channels.is_none() && s.format.is_none() {
+            return Ok(default);
+        }
+        let rate = s.rate.unwrap_or(default.sample_rate());
+        let channels = s.channels.unwrap_or(default.channels());
+        let format = s.format.unwrap_or(default.sample_format());
+        let ranges: Vec<_> = device
+            .supported_input_configs()
+            .map_err(|e| e.to_string())?
+            .collect();
+        ranges
+            .iter()
+            .filter(|r| r.channels() == channels && r.sample_format() == format)
+            .find_map(|r| r.try_with_sample_rate(rate))
+            .ok_or_else(|| {
+                format!(
+                    "it cannot capture {rate} Hz, {channels} channel(s), {format} (see `strawberry-spoke audio devices` for what it can; unset audio.input_rate/input_channels/input_format for its default)"
+                )
+            })
+    }
+
+    /// Watches a running stream until it fails, stalls, or the capture is stopped.
     fn pump(&mut self, open: OpenStream) -> Ended {
-        let mut resampler = Resampler::new(open.rate, SAMPLE_RATE);
-        let mut pending: Vec<f32> = Vec::with_capacity(FRAME_SAMPLES * 4);
-        let mut last_audio = Instant::now();
-        let mut lost = 0u64;
         let tick = Duration::from_millis(100);
+        let mut seen = self.shared.frames.load(Ordering::Relaxed);
+        let mut last_audio = Instant::now();
         loop {
-            match self.stop.try_recv() {
-                Err(mpsc::TryRecvError::Empty) => {}
+            match self.stop.recv_timeout(tick) {
+                Err(RecvTimeoutError::Timeout) => {}
                 _ => return Ended::Stopped,
             }
-            match open.chunks.recv_timeout(tick) {
-                Ok(Chunk::Samples(mono)) => {
-                    last_audio = Instant::now();
-                    resampler.push(&mono, &mut pending);
-                    let whole = pending.len() / FRAME_SAMPLES * FRAME_SAMPLES;
-                    for samples in pending.drain(..whole).collect::<Vec<_>>().chunks(FRAME_SAMPLES)
-                    {
-                        let frame = Frame {
-                            start: self.position,
-                            samples: samples.to_vec(),
-                        };
-                        self.position += FRAME_SAMPLES as u64;
-                        match self.frames.try_send(frame) {
-                            Ok(()) => {}
-                            Err(TrySendError::Full(_)) => {
-                                lost += 1;
-                                if lost.is_power_of_two() {
-                                    tracing::warn!(lost, "audio consumer falling behind: frames dropped");
-                                }
-                            }
-                            Err(TrySendError::Disconnected(_)) => return Ended::Stopped,
-                        }
-                    }
-                }
-                Ok(Chunk::Error(message)) => {
-                    return Ended::Failed(CaptureError::Stream {
-                        device: open.device,
-                        message,
-                    });
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    if last_audio.elapsed() >= self.settings.stall_timeout {
-                        return Ended::Failed(CaptureError::Stalled {
-                            device: open.device,
-                            after: self.settings.stall_timeout,
-                        });
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Ended::Failed(CaptureError::Stream {
-                        device: open.device,
-                        message: "the stream closed".into(),
-                    });
-                }
+            if self.shared.consumer_gone.load(Ordering::Relaxed) {
+                return Ended::Stopped;
+            }
+            if let Ok(message) = open.errors.try_recv() {
+                return Ended::Failed(CaptureError::Stream {
+                    device: open.device,
+                    message,
+                });
+            }
+            let now = self.shared.frames.load(Ordering::Relaxed);
+            if now != seen {
+                seen = now;
+                last_audio = Instant::now();
+            } else if last_audio.elapsed() >= self.settings.stall_timeout {
+                return Ended::Failed(CaptureError::Stalled {
+                    device: open.device,
+                    after: self.settings.stall_timeout,
+                });
             }
         }
     }
@@ -356,8 +433,7 @@ impl Owner {
 
 struct OpenStream {
     _stream: cpal::Stream,
-    chunks: Receiver<Chunk>,
-    rate: u32,
+    errors: Receiver<String>,
     device: String,
 }
 
