@@ -666,10 +666,20 @@ impl Config {
             ("audio.pre_roll_ms", audio.pre_roll_ms, 0, 10_000),
             ("audio.retry_min_ms", audio.retry_min_ms, 10, 60_000),
             ("audio.retry_max_ms", audio.retry_max_ms, 10, 600_000),
-            ("audio.stall_timeout_ms", audio.stall_timeout_ms, 200, 60_000),
+            (
+                "audio.stall_timeout_ms",
+                audio.stall_timeout_ms,
+                200,
+                60_000,
+            ),
             ("vad.hangover_ms", vad.hangover_ms, 100, 5_000),
             ("vad.max_utterance_ms", vad.max_utterance_ms, 1_000, 120_000),
-            ("vad.no_speech_timeout_ms", vad.no_speech_timeout_ms, 500, 60_000),
+            (
+                "vad.no_speech_timeout_ms",
+                vad.no_speech_timeout_ms,
+                500,
+                60_000,
+            ),
         ];
         for (key, value, min, max) in ranges {
             if !(min..=max).contains(&value) {
@@ -711,7 +721,10 @@ impl Config {
         if audio.input_rate != 0 && !(4_000..=384_000).contains(&audio.input_rate) {
             return Err(invalid(
                 "audio.input_rate",
-                format!("{} Hz is out of range: use 4000 to 384000, or 0 for the input's default", audio.input_rate),
+                format!(
+                    "{} Hz is out of range: use 4000 to 384000, or 0 for the input's default",
+                    audio.input_rate
+                ),
             ));
         }
         if !(3.0..=30.0).contains(&vad.threshold_db) {
@@ -1099,15 +1112,23 @@ mod tests {
             crate::audio::CaptureSettings::default()
         );
 
-        let file = write("[audio]\ninput = \"plughw:CARD=Mic,DEV=0\"\npre_roll_ms = 1500\n[vad]\nthreshold_db = 6.5\n");
+        let file = write(
+            "[audio]\ninput = \"plughw:CARD=Mic,DEV=0\"\npre_roll_ms = 1500\n[vad]\nthreshold_db = 6.5\n",
+        );
         let config = Config::load(
             Some(file.path()),
             env(&[("STRAWBERRY_SPOKE__VAD__HANGOVER_MS", "500")]),
         )
         .unwrap();
-        assert_eq!(config.audio.capture_settings().input, "plughw:CARD=Mic,DEV=0");
+        assert_eq!(
+            config.audio.capture_settings().input,
+            "plughw:CARD=Mic,DEV=0"
+        );
         assert_eq!(config.audio.pre_roll_ms, 1500);
-        assert_eq!((config.vad.hangover_ms, config.vad.threshold_db), (500, 6.5));
+        assert_eq!(
+            (config.vad.hangover_ms, config.vad.threshold_db),
+            (500, 6.5)
+        );
 
         let err = Config::load(None, env(&[("STRAWBERRY_SPOKE__VAD__HANGOVER_MS", "20")]))
             .unwrap_err()
@@ -1136,10 +1157,16 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("audio.retry_max_ms"), "{err}");
-        let err = Config::load(None, env(&[("STRAWBERRY_SPOKE__AUDIO__INPUT_FORMAT", "s16")]))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("audio.input_format") && err.contains("i16"), "{err}");
+        let err = Config::load(
+            None,
+            env(&[("STRAWBERRY_SPOKE__AUDIO__INPUT_FORMAT", "s16")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("audio.input_format") && err.contains("i16"),
+            "{err}"
+        );
         let config = Config::load(
             None,
             env(&[
@@ -1156,7 +1183,10 @@ mod tests {
         let err = Config::load(None, env(&[("STRAWBERRY_SPOKE__AUDIO__INPUTS", "x")]))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("audio.inputs") && err.contains("unknown field"), "{err}");
+        assert!(
+            err.contains("audio.inputs") && err.contains("unknown field"),
+            "{err}"
+        );
     }
 
     #[test]

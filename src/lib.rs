@@ -15,6 +15,8 @@
 //! - [`daemon`]: the long-running spoke (`serve`): skills with hot reload and the link.
 //! - [`hub`]: the OpenAI-compatible client for the model on the hub.
 //! - [`agent`]: the conversation loop: prompt, streamed reply, code runs, memory.
+//! - [`audio`]: the microphone (cpal) or a WAV file as 16 kHz mono frames, pre-roll.
+//! - [`vad`]: when a spoken command has ended.
 //! - [`stt`]: speech to text on the device (whisper.cpp), importing faster-whisper models.
 //! - [`cli`]: the command line.
 

@@ -139,8 +139,7 @@ impl Detector {
         } else {
             self.threshold_db
         };
-        let speech = db > SPEECH_MIN_DB && db > floor + threshold;
-        speech
+        db > SPEECH_MIN_DB && db > floor + threshold
     }
 }
 
@@ -275,7 +274,10 @@ mod tests {
         };
         assert!(start.abs_diff(8000) <= 640, "{start}");
         assert!(end.abs_diff(24_000) <= 640, "{end}");
-        assert!(detected_at - 24_000 <= ms_to_samples(450) as u64, "{detected_at}");
+        assert!(
+            detected_at - 24_000 <= ms_to_samples(450) as u64,
+            "{detected_at}"
+        );
     }
 
     #[test]
@@ -294,7 +296,13 @@ mod tests {
         audio.extend(tone(3.0, 0.3));
         let got = e.push(&audio);
         assert!(
-            matches!(got, Some(Endpoint::MaxLength { start: Some(_), at: 32_000 })),
+            matches!(
+                got,
+                Some(Endpoint::MaxLength {
+                    start: Some(_),
+                    at: 32_000
+                })
+            ),
             "{got:?}"
         );
     }

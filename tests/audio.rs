@@ -58,7 +58,10 @@ fn collect(capture: &Capture, limit: Duration, mut until: impl FnMut(&[f32]) -> 
 
 /// Indices of samples louder than `level`: where the signal is.
 fn loud_span(x: &[f32], level: f32) -> (usize, usize) {
-    let first = x.iter().position(|v| v.abs() > level).expect("no signal arrived");
+    let first = x
+        .iter()
+        .position(|v| v.abs() > level)
+        .expect("no signal arrived");
     let last = x.iter().rposition(|v| v.abs() > level).unwrap_or(first);
     (first, last)
 }
@@ -75,12 +78,24 @@ fn frequency(x: &[f32]) -> f64 {
 
 /// The best normalised correlation of `needle` within `hay`, and where.
 fn best_match(hay: &[f32], needle: &[f32]) -> (f64, usize) {
-    let norm_n = needle.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt();
+    let norm_n = needle
+        .iter()
+        .map(|&v| f64::from(v).powi(2))
+        .sum::<f64>()
+        .sqrt();
     let mut best = (0.0, 0);
     for lag in 0..=hay.len().saturating_sub(needle.len()) {
         let window = &hay[lag..lag + needle.len()];
-        let dot: f64 = window.iter().zip(needle).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
-        let norm_w = window.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt();
+        let dot: f64 = window
+            .iter()
+            .zip(needle)
+            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+            .sum();
+        let norm_w = window
+            .iter()
+            .map(|&v| f64::from(v).powi(2))
+            .sum::<f64>()
+            .sqrt();
         let c = dot / (norm_n * norm_w + 1e-12);
         if c > best.0 {
             best = (c, lag);
@@ -102,16 +117,24 @@ fn stereo_44k_integers_arrive_as_16k_mono() {
     // Trailing silence pushes the tone's end through the device's buffers.
     left.extend(vec![0.0; rate as usize]);
     right.extend(vec![0.0; rate as usize]);
-    let feeder = Feeder::start(MIC_44K_STEREO, vec![Segment::Audio(interleave(&[left, right]))]);
+    let feeder = Feeder::start(
+        MIC_44K_STEREO,
+        vec![Segment::Audio(interleave(&[left, right]))],
+    );
     let capture = Capture::start(settings_for(MIC_44K_STEREO)).unwrap();
     let got = collect(&capture, Duration::from_secs(6), |x| {
         // Stop half a second after the tone ends.
-        x.iter().rposition(|v| v.abs() > 0.2).is_some_and(|last| x.len() > last + 8000)
+        x.iter()
+            .rposition(|v| v.abs() > 0.2)
+            .is_some_and(|last| x.len() > last + 8000)
     });
     let status = capture.status();
     drop(feeder);
     drop(capture);
-    assert!(matches!(status, CaptureStatus::Running { .. }), "{status:?}");
+    assert!(
+        matches!(status, CaptureStatus::Running { .. }),
+        "{status:?}"
+    );
     let (first, last) = loud_span(&got, 0.2);
     let tone = &got[first..=last];
     let seconds = tone.len() as f64 / f64::from(SAMPLE_RATE);
@@ -126,7 +149,9 @@ fn stereo_44k_integers_arrive_as_16k_mono() {
     assert!((f - 440.0).abs() < 3.0, "frequency {f:.1} Hz");
     let level = rms(middle) * std::f64::consts::SQRT_2;
     assert!((level - 0.4).abs() < 0.02, "amplitude {level:.3}");
-    eprintln!("44.1 kHz stereo -> 16 kHz mono: {status:?}; tone {seconds:.3} s, {f:.1} Hz, amplitude {level:.3}");
+    eprintln!(
+        "44.1 kHz stereo -> 16 kHz mono: {status:?}; tone {seconds:.3} s, {f:.1} Hz, amplitude {level:.3}"
+    );
 }
 
 #[test]
@@ -147,12 +172,17 @@ fn mono_16k_arrives_unchanged_and_pre_roll_holds_what_came_before_the_trigger() 
     let deadline = Instant::now() + Duration::from_secs(6);
     let mut onset = None;
     let trigger = loop {
-        assert!(Instant::now() < deadline, "no trigger: the sweep never arrived");
+        assert!(
+            Instant::now() < deadline,
+            "no trigger: the sweep never arrived"
+        );
         let Ok(frame) = capture.frames().recv_timeout(Duration::from_millis(100)) else {
             continue;
         };
         pre_roll.push(&frame);
-        if onset.is_none() && let Some(i) = frame.samples.iter().position(|v| v.abs() > 0.05) {
+        if onset.is_none()
+            && let Some(i) = frame.samples.iter().position(|v| v.abs() > 0.05)
+        {
             onset = Some(frame.start + i as u64);
         }
         let end = frame.end();
@@ -163,7 +193,9 @@ fn mono_16k_arrives_unchanged_and_pre_roll_holds_what_came_before_the_trigger() 
     };
     // Keep reading to the end of the sweep for the whole-signal check.
     let mut all: Vec<f32> = received.iter().flat_map(|f| f.samples.clone()).collect();
-    all.extend(collect(&capture, Duration::from_secs(3), |x| x.len() > 16_000));
+    all.extend(collect(&capture, Duration::from_secs(3), |x| {
+        x.len() > 16_000
+    }));
     drop(feeder);
     drop(capture);
 
@@ -191,9 +223,16 @@ fn mono_16k_arrives_unchanged_and_pre_roll_holds_what_came_before_the_trigger() 
         expected.contains(&sweep_in_pre_roll),
         "the sweep starts {sweep_in_pre_roll} samples into the pre-roll, expected {expected:?}"
     );
-    assert!(held[..(sweep_in_pre_roll - 16) as usize].iter().all(|v| v.abs() < 0.01));
+    assert!(
+        held[..(sweep_in_pre_roll - 16) as usize]
+            .iter()
+            .all(|v| v.abs() < 0.01)
+    );
     let (c, _) = best_match(&held, &sweep[..3200]);
-    assert!(c > 0.99, "the sweep's first 200 ms in the pre-roll: correlation {c:.4}");
+    assert!(
+        c > 0.99,
+        "the sweep's first 200 ms in the pre-roll: correlation {c:.4}"
+    );
     eprintln!("16 kHz mono: correlation {c:.4}; pre-roll {start}..{trigger}");
 }
 
@@ -220,12 +259,18 @@ fn missing_input_names_the_inputs_that_exist_and_keeps_retrying() {
         error.contains(MIC_44K_STEREO.name) && error.contains(MIC_16K_MONO.name),
         "the error lists the inputs: {error}"
     );
-    assert!(error.contains("audio.input"), "the error says what to set: {error}");
+    assert!(
+        error.contains("audio.input"),
+        "the error says what to set: {error}"
+    );
     assert_eq!(*next_in, Duration::from_millis(200), "backoff is capped");
     assert!(capture.frames().try_recv().is_err());
     let started = Instant::now();
     drop(capture);
-    assert!(started.elapsed() < Duration::from_secs(1), "stopping waits for nothing");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "stopping waits for nothing"
+    );
 }
 
 #[test]
@@ -266,7 +311,11 @@ fn a_stream_that_stops_delivering_is_reopened() {
     drop(feeder);
     drop(capture);
     assert!(reopened, "the stall was never noticed: {status:?}");
-    assert!(after.len() >= 8000, "no audio after reopening ({} samples)", after.len());
+    assert!(
+        after.len() >= 8000,
+        "no audio after reopening ({} samples)",
+        after.len()
+    );
     let f = frequency(&after[..8000]);
     assert!((f - 1000.0).abs() < 10.0, "after reopening: {f:.1} Hz");
 }
@@ -284,9 +333,19 @@ fn devices_command_lists_inputs_with_formats() {
         .expect("run strawberry-spoke");
     drop((f1, f2));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let inputs = text.split("outputs:").next().unwrap();
-    assert!(inputs.contains(&format!("{}  {}", MIC_44K_STEREO.name, MIC_44K_STEREO.description)), "{text}");
+    assert!(
+        inputs.contains(&format!(
+            "{}  {}",
+            MIC_44K_STEREO.name, MIC_44K_STEREO.description
+        )),
+        "{text}"
+    );
     assert!(inputs.contains("Hz, channels 1-"), "{text}");
     assert!(inputs.contains("i16") && inputs.contains("f32"), "{text}");
     assert!(text.contains("* default"), "{text}");

@@ -89,12 +89,19 @@ fn check_end_of_speech(noise: Option<&[f32]>) {
                 // not started late, and decided within half a second of the last word.
                 assert!(end_err > -0.1, "{}: cut early\n{report}", clip.text);
                 assert!(start_err.abs() < 0.15, "{}: start\n{report}", clip.text);
-                assert!(late <= 0.5, "{}: end decided {late:.2} s late\n{report}", clip.text);
+                assert!(
+                    late <= 0.5,
+                    "{}: end decided {late:.2} s late\n{report}",
+                    clip.text
+                );
             }
             other => panic!("{}: {other:?}\n{report}", clip.text),
         }
     }
-    eprintln!("{report}worst: end decided {worst:.2} s after the voice over {} clips", clips.len());
+    eprintln!(
+        "{report}worst: end decided {worst:.2} s after the voice over {} clips",
+        clips.len()
+    );
 }
 
 #[test]
@@ -117,10 +124,16 @@ fn noise_alone_hits_the_no_speech_timeout() {
         no_speech_timeout_ms: 3000,
         ..VadSettings::default()
     };
-    assert_eq!(run(&settings, &noise), Some(Endpoint::NoSpeech { at: 48_000 }));
+    assert_eq!(
+        run(&settings, &noise),
+        Some(Endpoint::NoSpeech { at: 48_000 })
+    );
     // Louder noise is still noise: the floor follows it.
     let loud: Vec<f32> = noise.iter().map(|x| x * 4.0).collect();
-    assert_eq!(run(&settings, &loud), Some(Endpoint::NoSpeech { at: 48_000 }));
+    assert_eq!(
+        run(&settings, &loud),
+        Some(Endpoint::NoSpeech { at: 48_000 })
+    );
 }
 
 #[test]
@@ -140,7 +153,10 @@ fn talking_on_and_on_hits_the_maximum_length() {
         ..VadSettings::default()
     };
     match run(&settings, &audio) {
-        Some(Endpoint::MaxLength { start: Some(start), at }) => {
+        Some(Endpoint::MaxLength {
+            start: Some(start),
+            at,
+        }) => {
             assert_eq!(at, 96_000);
             assert!((start as f64 / RATE - 0.5).abs() < 0.15, "{start}");
         }

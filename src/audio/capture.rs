@@ -51,7 +51,17 @@ pub struct CaptureSettings {
 pub fn parse_sample_format(name: &str) -> Option<cpal::SampleFormat> {
     use cpal::SampleFormat as F;
     [
-        F::I8, F::I16, F::I24, F::I32, F::I64, F::U8, F::U16, F::U24, F::U32, F::U64, F::F32,
+        F::I8,
+        F::I16,
+        F::I24,
+        F::I32,
+        F::I64,
+        F::U8,
+        F::U16,
+        F::U24,
+        F::U32,
+        F::U64,
+        F::F32,
         F::F64,
     ]
     .into_iter()
@@ -83,9 +93,15 @@ pub enum CaptureError {
         "no audio input named {name:?}; inputs here: {}; set audio.input to one of them (`strawberry-spoke audio devices` lists them with their formats)",
         list(available)
     )]
-    NotFound { name: String, available: Vec<String> },
+    NotFound {
+        name: String,
+        available: Vec<String>,
+    },
     /// There is no default input.
-    #[error("no default audio input; inputs here: {}; set audio.input", list(available))]
+    #[error(
+        "no default audio input; inputs here: {}; set audio.input",
+        list(available)
+    )]
     NoDefault { available: Vec<String> },
     /// The device exists but could not be opened or configured.
     #[error(
@@ -199,7 +215,9 @@ impl Drop for Capture {
 }
 
 fn lock(status: &Mutex<CaptureStatus>) -> std::sync::MutexGuard<'_, CaptureStatus> {
-    status.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    status
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// What the callback shares with the owner thread.
@@ -319,11 +337,13 @@ impl Owner {
             message: e.to_string(),
             available: input_names(&host),
         };
-        let supported = self.choose_config(&device).map_err(|message| CaptureError::Open {
-            device: id.clone(),
-            message,
-            available: input_names(&host),
-        })?;
+        let supported = self
+            .choose_config(&device)
+            .map_err(|message| CaptureError::Open {
+                device: id.clone(),
+                message,
+                available: input_names(&host),
+            })?;
         let format = supported.sample_format();
         let config = supported.config();
         if !is_convertible(format) {
@@ -357,7 +377,10 @@ impl Owner {
             )
             .map_err(open_err)?;
         stream.play().map_err(open_err)?;
-        let described = format!("{} Hz, {} ch, {format}", config.sample_rate, config.channels);
+        let described = format!(
+            "{} Hz, {} ch, {format}",
+            config.sample_rate, config.channels
+        );
         tracing::info!(device = %id, format = %described, "audio input open");
         self.opened += 1;
         *lock(&self.status) = CaptureStatus::Running {
@@ -449,9 +472,11 @@ fn backoff(settings: &CaptureSettings, attempts: u32) -> Duration {
 /// The input named `name` (its id, or its description's name), or the default one.
 pub(crate) fn find_input(host: &cpal::Host, name: &str) -> Result<cpal::Device, CaptureError> {
     if name.is_empty() {
-        return host.default_input_device().ok_or_else(|| CaptureError::NoDefault {
-            available: input_names(host),
-        });
+        return host
+            .default_input_device()
+            .ok_or_else(|| CaptureError::NoDefault {
+                available: input_names(host),
+            });
     }
     if let Ok(devices) = host.input_devices() {
         for device in devices {
@@ -491,8 +516,18 @@ fn is_convertible(format: cpal::SampleFormat) -> bool {
     use cpal::SampleFormat as F;
     matches!(
         format,
-        F::I8 | F::I16 | F::I24 | F::I32 | F::I64 | F::U8 | F::U16 | F::U24 | F::U32 | F::U64
-            | F::F32 | F::F64
+        F::I8
+            | F::I16
+            | F::I24
+            | F::I32
+            | F::I64
+            | F::U8
+            | F::U16
+            | F::U24
+            | F::U32
+            | F::U64
+            | F::F32
+            | F::F64
     )
 }
 

@@ -195,7 +195,10 @@ mod tests {
         };
         let text = render(&[dev]);
         assert!(text.contains("* mic  USB mic"), "{text}");
-        assert!(text.contains("8000-48000 Hz, channels 1-2, formats i16 f32"), "{text}");
+        assert!(
+            text.contains("8000-48000 Hz, channels 1-2, formats i16 f32"),
+            "{text}"
+        );
         assert!(text.contains("outputs:\n  (none)"), "{text}");
         assert_eq!(channel_text(&[1, 2, 6]), "1 2 6");
     }

@@ -97,7 +97,12 @@ mod tests {
         let (start, samples) = p.contents();
         assert_eq!(start, 1600 - 700);
         assert_eq!(samples.len(), 700);
-        assert!(samples.iter().enumerate().all(|(i, &s)| s == (900 + i) as f32));
+        assert!(
+            samples
+                .iter()
+                .enumerate()
+                .all(|(i, &s)| s == (900 + i) as f32)
+        );
     }
 
     #[test]

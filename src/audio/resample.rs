@@ -119,7 +119,9 @@ impl Resampler {
     fn drop_used(&mut self) {
         let t = self.next as f64 * self.step;
         let needed = (t - self.half_width).ceil().max(0.0) as u64;
-        let used = needed.saturating_sub(self.base).min(self.pending.len() as u64);
+        let used = needed
+            .saturating_sub(self.base)
+            .min(self.pending.len() as u64);
         self.pending.drain(..used as usize);
         self.base += used;
     }

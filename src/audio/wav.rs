@@ -102,10 +102,7 @@ pub fn frames(samples: &[f32], start: u64) -> impl Iterator<Item = Frame> + '_ {
 /// A WAV file as a frame source: a thread sends its frames over a channel, like the
 /// microphone's capture thread, either as fast as the consumer takes them or at
 /// real-time pace. The channel closes at the end of the file.
-pub fn wav_source(
-    path: &Path,
-    real_time: bool,
-) -> Result<mpsc::Receiver<Frame>, AudioError> {
+pub fn wav_source(path: &Path, real_time: bool) -> Result<mpsc::Receiver<Frame>, AudioError> {
     let (samples, _) = read_wav_16k(path)?;
     // Bounded like the capture's channel: a slow consumer slows the file, not memory.
     let (tx, rx) = mpsc::sync_channel(64);

@@ -197,7 +197,9 @@ fn write_all(fifo: &mut File, samples: &[f32], mic: Mic, stop: &AtomicBool) -> b
 /// A sine at `freq` Hz, `seconds` long, at `rate`, amplitude `amp`.
 pub fn sine(freq: f64, rate: u32, seconds: f64, amp: f64) -> Vec<f32> {
     (0..(f64::from(rate) * seconds) as usize)
-        .map(|i| (amp * (2.0 * std::f64::consts::PI * freq * i as f64 / f64::from(rate)).sin()) as f32)
+        .map(|i| {
+            (amp * (2.0 * std::f64::consts::PI * freq * i as f64 / f64::from(rate)).sin()) as f32
+        })
         .collect()
 }
 
