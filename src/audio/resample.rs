@@ -10,6 +10,23 @@
 /// Zero crossings of the sinc kernel on each side, at the lower of the two rates.
 const KERNEL_ZEROS: f64 = 16.0;
 
+/// Rate pairs needing at most this many kernel phases (44.1 -> 16 kHz needs 160,
+/// 11.025 -> 16 kHz 640) get their weights computed once; a live microphone then costs
+/// one multiply-add per tap instead of a sine and a cosine, which matters because the
+/// conversion runs in the audio callback.
+const MAX_TABLE_PHASES: u64 = 1024;
+
+/// Precomputed kernel weights, one row per phase of the output grid against the input.
+#[derive(Debug, Clone)]
+struct Table {
+    /// Output sample `n` sits at input position `n * up_m / down_l`.
+    up_m: u64,
+    down_l: u64,
+    /// Per phase: the first tap's offset from the position's integer part, and the
+    /// weights, normalised to sum to 1.
+    rows: Vec<(i64, Vec<f32>)>,
+}
+
 /// A streaming resampler from `from` Hz to `to` Hz.
 #[derive(Debug, Clone)]
 pub struct Resampler {
@@ -25,6 +42,7 @@ pub struct Resampler {
     /// Index of the next output sample.
     next: u64,
     passthrough: bool,
+    table: Option<Table>,
 }
 
 impl Resampler {
@@ -36,7 +54,7 @@ impl Resampler {
         } else {
             (f64::from(to) / f64::from(from)).min(1.0)
         };
-        Resampler {
+        let mut resampler = Resampler {
             step: if passthrough {
                 1.0
             } else {
@@ -48,7 +66,46 @@ impl Resampler {
             base: 0,
             next: 0,
             passthrough,
+            table: None,
+        };
+        if !passthrough {
+            resampler.table = resampler.build_table(from, to);
         }
+        resampler
+    }
+
+    fn build_table(&self, from: u32, to: u32) -> Option<Table> {
+        let g = gcd(u64::from(from), u64::from(to));
+        let (up_m, down_l) = (u64::from(from) / g, u64::from(to) / g);
+        if down_l > MAX_TABLE_PHASES {
+            return None;
+        }
+        let rows = (0..down_l)
+            .map(|p| {
+                let frac = p as f64 / down_l as f64;
+                let first = (frac - self.half_width).ceil() as i64;
+                let last = (frac + self.half_width).floor() as i64;
+                let weights: Vec<f64> = (first..=last)
+                    .map(|j| self.weight(frac - j as f64))
+                    .collect();
+                let sum: f64 = weights.iter().sum();
+                let norm = if sum.abs() > 1e-9 { sum } else { 1.0 };
+                (first, weights.iter().map(|w| (w / norm) as f32).collect())
+            })
+            .collect();
+        Some(Table { up_m, down_l, rows })
+    }
+
+    /// The kernel at distance `d` input samples from the output position.
+    fn weight(&self, d: f64) -> f64 {
+        let window = 0.5 + 0.5 * (std::f64::consts::PI * d / self.half_width).cos();
+        let arg = 2.0 * self.cutoff * d;
+        let sinc = if arg.abs() < 1e-12 {
+            1.0
+        } else {
+            (std::f64::consts::PI * arg).sin() / (std::f64::consts::PI * arg)
+        };
+        2.0 * self.cutoff * sinc * window
     }
 
     /// Feeds input and appends every output sample it completes to `out`. The output
@@ -65,10 +122,27 @@ impl Resampler {
             if (t + self.half_width).floor() as u64 >= end {
                 break;
             }
-            out.push(self.sample_at(t, end));
+            out.push(
+                self.interior_sample(t)
+                    .unwrap_or_else(|| self.sample_at(t, end)),
+            );
             self.next += 1;
         }
         self.drop_used();
+    }
+
+    /// Output `next` from the table, when there is one and every tap is at hand.
+    fn interior_sample(&self, t: f64) -> Option<f32> {
+        let table = self.table.as_ref()?;
+        if t - self.half_width < self.base as f64 {
+            return None;
+        }
+        let position = self.next * table.up_m;
+        let (whole, phase) = (position / table.down_l, position % table.down_l);
+        let (first, weights) = &table.rows[phase as usize];
+        let start = usize::try_from(whole as i64 + first - self.base as i64).ok()?;
+        let taps = self.pending.get(start..start + weights.len())?;
+        Some(taps.iter().zip(weights).map(|(x, w)| x * w).sum())
     }
 
     /// Ends the stream: the outputs that need input past its end, computed from what
@@ -95,15 +169,7 @@ impl Resampler {
         let mut norm = 0.0f64;
         for k in first..=last {
             let x = self.pending[(k - self.base) as usize];
-            let d = t - k as f64;
-            let window = 0.5 + 0.5 * (std::f64::consts::PI * d / self.half_width).cos();
-            let arg = 2.0 * self.cutoff * d;
-            let sinc = if arg.abs() < 1e-12 {
-                1.0
-            } else {
-                (std::f64::consts::PI * arg).sin() / (std::f64::consts::PI * arg)
-            };
-            let h = 2.0 * self.cutoff * sinc * window;
+            let h = self.weight(t - k as f64);
             acc += f64::from(x) * h;
             norm += h;
         }
@@ -125,6 +191,10 @@ impl Resampler {
         self.pending.drain(..used as usize);
         self.base += used;
     }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// Resamples mono audio from `from` Hz to `to` Hz in one go.
@@ -192,5 +262,31 @@ mod tests {
         assert!(diff < 1e-6, "{diff}");
         // Memory stays bounded: only the kernel's reach is kept.
         assert!(r.pending.len() < 200, "{}", r.pending.len());
+    }
+
+    #[test]
+    fn table_and_direct_kernels_agree() {
+        for (from, to) in [
+            (44_100, 16_000),
+            (48_000, 16_000),
+            (11_025, 16_000),
+            (22_050, 16_000),
+        ] {
+            let input = tone(700.0, from, 0.3);
+            let mut with_table = Resampler::new(from, to);
+            assert!(with_table.table.is_some(), "{from}");
+            let mut direct = with_table.clone();
+            direct.table = None;
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            with_table.push(&input, &mut a);
+            direct.push(&input, &mut b);
+            assert_eq!(a.len(), b.len());
+            let diff = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max);
+            assert!(diff < 1e-5, "{from} -> {to}: {diff}");
+        }
     }
 }
