@@ -163,3 +163,45 @@ fn talking_on_and_on_hits_the_maximum_length() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn wav_source_frames_drive_the_detector_like_a_microphone() {
+    // The path `listen FILE.wav` will take: a 44.1 kHz stereo file, read, resampled and
+    // framed by the WAV source, then the detector.
+    let clip = &stt_support::clips()[0];
+    let clean = read_wav_16k(&clip.wav).unwrap().0;
+    let (_, last) = speech_bounds(&clean);
+    let audio = padded(&clean, 0.5, 2.0, None);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("command.wav");
+    let up = strawberry_spoke::audio::resample::resample(&audio, 16_000, 44_100);
+    let spec = hound::WavSpec {
+        channels: 2,
+        sample_rate: 44_100,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(&path, spec).unwrap();
+    for &x in &up {
+        let v = (x * 32767.0) as i16;
+        w.write_sample(v).unwrap();
+        w.write_sample(v).unwrap();
+    }
+    w.finalize().unwrap();
+    let frames = strawberry_spoke::audio::wav::wav_source(&path, false).unwrap();
+    let mut e = Endpointer::new(&VadSettings::default());
+    let mut expected_start = 0;
+    let endpoint = frames.iter().find_map(|frame| {
+        assert_eq!(frame.start, expected_start);
+        expected_start = frame.end();
+        e.push(&frame.samples)
+    });
+    let Some(Endpoint::Speech { detected_at, .. }) = endpoint else {
+        panic!("{endpoint:?}");
+    };
+    let late = (detected_at as f64 - (8000 + last) as f64) / RATE;
+    assert!(
+        (0.0..=0.5).contains(&late),
+        "decided {late:.2} s after the voice"
+    );
+}
