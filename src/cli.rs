@@ -6,6 +6,7 @@
 //! broken skill files in `skills check`).
 
 mod conversation;
+mod wakeword;
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
@@ -85,6 +86,41 @@ pub enum Command {
     /// Speech-to-text models.
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Wake words: make one from recordings, try one on a recording.
+    #[command(subcommand)]
+    Wakeword(WakewordCommand),
+}
+
+/// `wakeword ...`
+#[derive(Debug, Subcommand)]
+pub enum WakewordCommand {
+    /// Make a wake word file from WAV recordings of the phrase (any rate, any channels;
+    /// at least 3, one utterance each; silence around it is cut off).
+    Train {
+        /// The phrase, as detections will name it.
+        #[arg(long)]
+        name: String,
+        /// The wake word file to write (for `wake.file`).
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        out: PathBuf,
+        /// The recordings.
+        #[arg(required = true, value_name = "WAV")]
+        samples: Vec<PathBuf>,
+    },
+    /// Run a wake word over recordings and print each detection with its time and
+    /// score, or the closest miss (for tuning `wake.threshold`). Uses the `[wake]`
+    /// settings.
+    Test {
+        /// The wake word file, or `bundled` for the built-in "hey strawberry".
+        #[arg(value_name = "FILE|bundled")]
+        word: PathBuf,
+        /// WAV recordings (any rate, any channels).
+        #[arg(required = true, value_name = "WAV")]
+        recordings: Vec<PathBuf>,
+        /// Override `wake.threshold`.
+        #[arg(long)]
+        threshold: Option<f32>,
+    },
 }
 
 /// `model ...`
@@ -157,6 +193,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Model(ModelCommand::ImportCt2 { dir, out, quantize }) => {
             import_ct2(&dir, &out, quantize)
         }
+        Command::Wakeword(WakewordCommand::Train { name, out, samples }) => {
+            wakeword::train(&name, &out, &samples)
+        }
+        Command::Wakeword(WakewordCommand::Test {
+            word,
+            recordings,
+            threshold,
+        }) => wakeword::test(&config, &word, &recordings, threshold),
     }
 }
 

@@ -16,6 +16,7 @@
 //! - [`hub`]: the OpenAI-compatible client for the model on the hub.
 //! - [`agent`]: the conversation loop: prompt, streamed reply, code runs, memory.
 //! - [`stt`]: speech to text on the device (whisper.cpp), importing faster-whisper models.
+//! - [`wake`]: the wake word detector (rustpotter) and making wake words from recordings.
 //! - [`cli`]: the command line.
 
 pub mod agent;
@@ -28,3 +29,4 @@ pub mod mqtt;
 pub mod sandbox;
 pub mod skills;
 pub mod stt;
+pub mod wake;
