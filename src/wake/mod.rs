@@ -661,3 +661,82 @@ impl Detector {
         (start, end)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundled_word_loads() {
+        let word = WakeWord::bundled().unwrap();
+        assert_eq!(word.name(), BUNDLED_NAME);
+        assert!(word.recordings() >= 6, "{word:?}");
+        // ~1 s phrases: the detector's window.
+        let longest = word.longest_samples() as f64 / f64::from(SAMPLE_RATE);
+        assert!((0.6..2.0).contains(&longest), "{longest}");
+    }
+
+    #[test]
+    fn chunks_of_any_length_are_buffered_and_counted() {
+        let mut detector =
+            Detector::with_word(&Settings::default(), &WakeWord::bundled().unwrap()).unwrap();
+        let quiet = vec![0.001f32; 1_000];
+        for len in [1, 479, 480, 481, 7, 999] {
+            assert!(detector.process(&quiet[..len]).is_empty());
+        }
+        assert_eq!(detector.position(), 1 + 479 + 480 + 481 + 7 + 999);
+        // Broken samples are not an error, and reset keeps the count.
+        assert!(detector.process(&[f32::NAN, f32::INFINITY, 3.0]).is_empty());
+        detector.reset();
+        assert_eq!(detector.position(), 2_450);
+        assert!(detector.peak().is_none());
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        assert!(Settings::default().check().is_ok());
+        for (bad, key) in [
+            (
+                Settings {
+                    threshold: f32::NAN,
+                    ..Settings::default()
+                },
+                "threshold",
+            ),
+            (
+                Settings {
+                    avg_threshold: -0.1,
+                    ..Settings::default()
+                },
+                "avg_threshold",
+            ),
+            (
+                Settings {
+                    score_ref: 0.0,
+                    ..Settings::default()
+                },
+                "score_ref",
+            ),
+            (
+                Settings {
+                    min_scores: 0,
+                    ..Settings::default()
+                },
+                "min_scores",
+            ),
+            (
+                Settings {
+                    band_size: 0,
+                    ..Settings::default()
+                },
+                "band_size",
+            ),
+        ] {
+            let err = Detector::new(&bad).unwrap_err();
+            assert!(
+                matches!(err, WakeError::Setting { key: k, .. } if k == key),
+                "{err}"
+            );
+        }
+    }
+}
