@@ -69,6 +69,9 @@ pub struct HubConfig {
     pub retry_down_after_ms: u64,
     /// Largest reply (text) accepted in one round; an endless reply is stopped here.
     pub max_reply_bytes: usize,
+    /// Most tokens the model may generate in one round (`max_tokens` in the
+    /// request), so a rambling model ends on the server's side too.
+    pub max_tokens: u32,
     /// Extra CA certificate(s), PEM, trusted besides the system roots.
     pub ca_file: Option<PathBuf>,
     /// `fenced`: code comes as ```` ```rhai ```` blocks; `tools`: as native tool calls.
@@ -120,6 +123,7 @@ impl Default for HubConfig {
             chunk_timeout_ms: 15_000,
             retry_down_after_ms: 60_000,
             max_reply_bytes: 32 * 1024,
+            max_tokens: 1024,
             ca_file: None,
             mode: CodeMode::Fenced,
         }
@@ -561,13 +565,14 @@ impl Config {
 
     /// Rejects values that parse but cannot work.
     fn validate(&self, origin: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
-        let positive: [(&str, u64); 15] = [
+        let positive: [(&str, u64); 16] = [
             ("mqtt.call_timeout_ms", self.mqtt.call_timeout_ms),
             ("mqtt.max_payload_bytes", self.mqtt.max_payload_bytes as u64),
             ("hub.connect_timeout_ms", self.hub.connect_timeout_ms),
             ("hub.first_byte_timeout_ms", self.hub.first_byte_timeout_ms),
             ("hub.chunk_timeout_ms", self.hub.chunk_timeout_ms),
             ("hub.max_reply_bytes", self.hub.max_reply_bytes as u64),
+            ("hub.max_tokens", u64::from(self.hub.max_tokens)),
             ("agent.max_rounds", u64::from(self.agent.max_rounds)),
             ("stt.threads", self.stt.threads as u64),
             ("sandbox.memory_mib", self.sandbox.memory_mib),

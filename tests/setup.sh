@@ -64,7 +64,7 @@ if [ "$(cat "$cache/wav/.stamp" 2>/dev/null)" != "$stamp" ]; then
 fi
 
 # The wake word (tests/wake.rs): espeak-ng voices that did NOT make the bundled word
-# (scripts/make-hey-strawberry.sh lists those) say "hey strawberry" and a command, with
+# (src/wake/make-hey-strawberry.sh lists those) say "hey strawberry" and a command, with
 # the true end of the phrase next to each clip; one voice says "hello kitchen" for
 # training a word from files (at other rates and in stereo, for the resampling); and
 # over five minutes of other speech and noise that must never wake the spoke.

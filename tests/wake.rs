@@ -164,7 +164,7 @@ fn no_false_wakes_in_minutes_of_other_speech_and_noise() {
 /// The voices that made the bundled word, read from the script that makes it.
 fn training_voices() -> Vec<String> {
     let script = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/make-hey-strawberry.sh"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/wake/make-hey-strawberry.sh"),
     )
     .unwrap();
     let line = script

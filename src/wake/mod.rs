@@ -43,7 +43,7 @@ pub const FRAME_SAMPLES: usize = 480;
 const SHIFT_SAMPLES: u64 = 160;
 
 /// The bundled wake word "hey strawberry", made from espeak-ng voices by
-/// `scripts/make-hey-strawberry.sh` (see its header for how to regenerate it).
+/// `src/wake/make-hey-strawberry.sh` (see its header for how to regenerate it).
 pub const BUNDLED: &[u8] = include_bytes!("hey_strawberry.rpw");
 
 /// The bundled word's phrase.

@@ -6,11 +6,11 @@
 # The voices here must stay disjoint from the unseen voices tests/setup.sh uses for
 # tests/wake.rs, or that test stops measuring anything.
 #
-# Usage: scripts/make-hey-strawberry.sh [path/to/strawberry-spoke]
+# Usage: src/wake/make-hey-strawberry.sh [path/to/strawberry-spoke]
 # (default: builds the debug binary). Needs espeak-ng and sox. The result depends on
 # the espeak-ng version (1.51 made the committed file).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 spoke=${1:-}
 if [ -z "$spoke" ]; then
   cargo build --quiet
