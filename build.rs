@@ -1,4 +1,4 @@
-//! Builds the sandbox guest (`guest/`, Rhai compiled to wasm), pre-initialises it
+//! Builds the sandbox guest (`src/guest/`, Rhai compiled to wasm), pre-initialises it
 //! with wizer so every instance starts with a ready Rhai engine, and precompiles the
 //! result for the target architecture, so the daemon needs no wasm compiler and
 //! starts a sandbox in microseconds.
@@ -19,12 +19,12 @@ const GUEST_TARGET: &str = "wasm32-unknown-unknown";
 fn main() {
     let manifest_dir = PathBuf::from(env_var("CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env_var("OUT_DIR"));
-    let guest_dir = manifest_dir.join("guest");
+    let guest_dir = manifest_dir.join("src/guest");
     for path in [
-        "guest/src",
-        "guest/Cargo.toml",
-        "guest/Cargo.lock",
-        "guest/.cargo",
+        "src/guest/src",
+        "src/guest/Cargo.toml",
+        "src/guest/Cargo.lock",
+        "src/guest/.cargo",
     ] {
         println!("cargo:rerun-if-changed={path}");
     }
@@ -91,7 +91,7 @@ fn build_guest(guest_dir: &Path, out_dir: &Path) -> Vec<u8> {
         command.args(["-j", &jobs]);
     }
     // The outer build's flags, target, profile and wrappers are meant for the host
-    // crate; the guest is configured by its own manifest and guest/.cargo/config.toml.
+    // crate; the guest is configured by its own manifest and src/guest/.cargo/config.toml.
     for (key, _) in env::vars_os() {
         let Some(key) = key.to_str() else { continue };
         let inherited = matches!(
@@ -131,7 +131,7 @@ fn build_guest(guest_dir: &Path, out_dir: &Path) -> Vec<u8> {
         .status()
         .unwrap_or_else(|e| panic!("cannot run cargo to build the sandbox guest: {e}"));
     if !status.success() {
-        panic!("building the sandbox guest (guest/) failed: {status}; see the output above");
+        panic!("building the sandbox guest (src/guest/) failed: {status}; see the output above");
     }
     let wasm = target_dir
         .join(GUEST_TARGET)

@@ -6,6 +6,7 @@
 //! broken skill files in `skills check`).
 
 mod conversation;
+mod wakeword;
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
@@ -88,6 +89,9 @@ pub enum Command {
     /// Sound devices.
     #[command(subcommand)]
     Audio(AudioCommand),
+    /// Wake words: make one from recordings, try one on a recording.
+    #[command(subcommand)]
+    Wakeword(WakewordCommand),
 }
 
 /// `audio ...`
@@ -96,6 +100,38 @@ pub enum AudioCommand {
     /// List inputs and outputs with their supported rates, channels and sample formats;
     /// `*` marks the defaults. The first column is what `audio.input`/`audio.output` take.
     Devices,
+}
+
+/// `wakeword ...`
+#[derive(Debug, Subcommand)]
+pub enum WakewordCommand {
+    /// Make a wake word file from WAV recordings of the phrase (any rate, any channels;
+    /// at least 3, one utterance each; silence around it is cut off).
+    Train {
+        /// The phrase, as detections will name it.
+        #[arg(long)]
+        name: String,
+        /// The wake word file to write (for `wake.file`).
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        out: PathBuf,
+        /// The recordings.
+        #[arg(required = true, value_name = "WAV")]
+        samples: Vec<PathBuf>,
+    },
+    /// Run a wake word over recordings and print each detection with its time and
+    /// score, or the closest miss (for tuning `wake.threshold`). Uses the `[wake]`
+    /// settings.
+    Test {
+        /// The wake word file, or `bundled` for the built-in "hey strawberry".
+        #[arg(value_name = "FILE|bundled")]
+        word: PathBuf,
+        /// WAV recordings (any rate, any channels).
+        #[arg(required = true, value_name = "WAV")]
+        recordings: Vec<PathBuf>,
+        /// Override `wake.threshold`.
+        #[arg(long)]
+        threshold: Option<f32>,
+    },
 }
 
 /// `model ...`
@@ -178,6 +214,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 Ok(ExitCode::from(2))
             }
         },
+        Command::Wakeword(WakewordCommand::Train { name, out, samples }) => {
+            wakeword::train(&name, &out, &samples)
+        }
+        Command::Wakeword(WakewordCommand::Test {
+            word,
+            recordings,
+            threshold,
+        }) => wakeword::test(&config, &word, &recordings, threshold),
     }
 }
 

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::hub::CodeMode;
 use crate::sandbox::Limits;
 use crate::skills::host_api::HostSettings;
+use crate::wake::{ScoreMode, Settings as WakeSettings, Vad, WakeError, WakeWord};
 
 /// Where the daemon looks for its config when `--config` is not given.
 pub const DEFAULT_PATH: &str = "/etc/strawberry-spoke/config.toml";
@@ -43,6 +44,8 @@ pub struct Config {
     pub vad: VadConfig,
     /// Speech to text.
     pub stt: SttConfig,
+    /// The wake word.
+    pub wake: WakeConfig,
     /// Logging.
     pub log: LogConfig,
     /// The link to the hub's MQTT broker.
@@ -70,6 +73,9 @@ pub struct HubConfig {
     pub retry_down_after_ms: u64,
     /// Largest reply (text) accepted in one round; an endless reply is stopped here.
     pub max_reply_bytes: usize,
+    /// Most tokens the model may generate in one round (`max_tokens` in the
+    /// request), so a rambling model ends on the server's side too.
+    pub max_tokens: u32,
     /// Extra CA certificate(s), PEM, trusted besides the system roots.
     pub ca_file: Option<PathBuf>,
     /// `fenced`: code comes as ```` ```rhai ```` blocks; `tools`: as native tool calls.
@@ -121,6 +127,7 @@ impl Default for HubConfig {
             chunk_timeout_ms: 15_000,
             retry_down_after_ms: 60_000,
             max_reply_bytes: 32 * 1024,
+            max_tokens: 1024,
             ca_file: None,
             mode: CodeMode::Fenced,
         }
@@ -248,6 +255,52 @@ impl Default for AudioConfig {
     }
 }
 
+/// `[wake]`: the wake word and how eagerly it is heard.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WakeConfig {
+    /// A wake word file (`strawberry-spoke wakeword train` makes one). Default: the
+    /// bundled "hey strawberry".
+    pub file: Option<PathBuf>,
+    /// Score (0-1) the phrase must reach. Lower hears more (and wakes more by mistake).
+    pub threshold: f32,
+    /// Score against the averaged recording below which a stretch is not compared
+    /// with each recording (a CPU saver; 0 compares everything).
+    pub avg_threshold: f32,
+    /// Consecutive 10 ms frames over the threshold before it fires.
+    pub min_scores: usize,
+    /// How the recordings' scores combine: `max`, `average`, `median`, `p25`...`p95`.
+    pub score_mode: ScoreMode,
+    /// The matching cost that scores 0.5; higher is more lenient.
+    pub score_ref: f32,
+    /// Time-warping band, in frames.
+    pub band_size: u16,
+    /// Skip scoring in silence: `off`, `easy`, `medium`, `hard`.
+    pub vad: Vad,
+    /// Bring quiet input up to the recordings' level.
+    pub gain_normalizer: bool,
+    /// Fire at the first `min_scores` frames instead of the best match.
+    pub eager: bool,
+}
+
+impl Default for WakeConfig {
+    fn default() -> Self {
+        let s = WakeSettings::default();
+        WakeConfig {
+            file: None,
+            threshold: s.threshold,
+            avg_threshold: s.avg_threshold,
+            min_scores: s.min_scores,
+            score_mode: s.score_mode,
+            score_ref: s.score_ref,
+            band_size: s.band_size,
+            vad: s.vad,
+            gain_normalizer: s.gain_normalizer,
+            eager: s.eager,
+        }
+    }
+}
+
 impl AudioConfig {
     /// What the capture thread needs.
     pub fn capture_settings(&self) -> crate::audio::CaptureSettings {
@@ -297,6 +350,37 @@ impl VadConfig {
             max_utterance_ms: self.max_utterance_ms,
             no_speech_timeout_ms: self.no_speech_timeout_ms,
             threshold_db: self.threshold_db,
+        }
+    }
+}
+
+impl WakeConfig {
+    /// What the detector needs.
+    pub fn settings(&self) -> WakeSettings {
+        WakeSettings {
+            threshold: self.threshold,
+            avg_threshold: self.avg_threshold,
+            min_scores: self.min_scores,
+            score_mode: self.score_mode,
+            score_ref: self.score_ref,
+            band_size: self.band_size,
+            vad: self.vad,
+            gain_normalizer: self.gain_normalizer,
+            eager: self.eager,
+        }
+    }
+
+    /// The configured wake word: `file`, or the bundled one. Errors name `wake.file`.
+    pub fn word(&self) -> Result<WakeWord, WakeError> {
+        match &self.file {
+            None => WakeWord::bundled(),
+            Some(path) => {
+                let origin = format!("wake.file {}", path.display());
+                match std::fs::read(path) {
+                    Ok(bytes) => WakeWord::from_bytes(&bytes, &origin),
+                    Err(source) => Err(WakeError::Read { origin, source }),
+                }
+            }
         }
     }
 }
@@ -571,17 +655,23 @@ impl Config {
         if in_file("stt", "model") {
             self.stt.model = dir.join(&self.stt.model);
         }
+        if in_file("wake", "file")
+            && let Some(file) = &mut self.wake.file
+        {
+            *file = dir.join(&*file);
+        }
     }
 
     /// Rejects values that parse but cannot work.
     fn validate(&self, origin: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
-        let positive: [(&str, u64); 15] = [
+        let positive: [(&str, u64); 16] = [
             ("mqtt.call_timeout_ms", self.mqtt.call_timeout_ms),
             ("mqtt.max_payload_bytes", self.mqtt.max_payload_bytes as u64),
             ("hub.connect_timeout_ms", self.hub.connect_timeout_ms),
             ("hub.first_byte_timeout_ms", self.hub.first_byte_timeout_ms),
             ("hub.chunk_timeout_ms", self.hub.chunk_timeout_ms),
             ("hub.max_reply_bytes", self.hub.max_reply_bytes as u64),
+            ("hub.max_tokens", u64::from(self.hub.max_tokens)),
             ("agent.max_rounds", u64::from(self.agent.max_rounds)),
             ("stt.threads", self.stt.threads as u64),
             ("sandbox.memory_mib", self.sandbox.memory_mib),
@@ -649,6 +739,14 @@ impl Config {
                 message: format!(
                     "{language:?} is not a language code: use a code like \"en\" or \"de\", or \"auto\""
                 ),
+            });
+        }
+        if let Err(WakeError::Setting { key, message }) = self.wake.settings().check() {
+            let key = format!("wake.{key}");
+            return Err(ConfigError::Invalid {
+                origin: origin(&key),
+                key,
+                message,
             });
         }
         Ok(())
@@ -1187,6 +1285,58 @@ mod tests {
             err.contains("audio.inputs") && err.contains("unknown field"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn wake_section_defaults_paths_and_checks() {
+        let config = Config::load(None, env(&[])).unwrap();
+        assert_eq!(config.wake.file, None);
+        assert_eq!(config.wake.settings(), WakeSettings::default());
+        assert_eq!(config.wake.word().unwrap().name(), "hey strawberry");
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(
+            &path,
+            "[wake]\nfile = \"words/hey.rpw\"\nthreshold = 0.6\nscore_mode = \"p90\"\nvad = \"easy\"\n",
+        )
+        .unwrap();
+        let config = Config::load(
+            Some(&path),
+            env(&[("STRAWBERRY_SPOKE__WAKE__MIN_SCORES", "3")]),
+        )
+        .unwrap();
+        assert_eq!(config.wake.file, Some(dir.path().join("words/hey.rpw")));
+        let s = config.wake.settings();
+        assert_eq!(
+            (s.threshold, s.score_mode, s.vad, s.min_scores),
+            (0.6, ScoreMode::P90, Vad::Easy, 3)
+        );
+        let err = config.wake.word().unwrap_err().to_string();
+        assert!(
+            err.contains("wake.file") && err.contains("hey.rpw"),
+            "{err}"
+        );
+
+        let err = Config::load(None, env(&[("STRAWBERRY_SPOKE__WAKE__THRESHOLD", "1.5")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("wake.threshold") && err.contains("0-1"),
+            "{err}"
+        );
+        assert!(
+            err.contains("environment variable STRAWBERRY_SPOKE__WAKE__THRESHOLD"),
+            "{err}"
+        );
+        let err = Config::load(None, env(&[("STRAWBERRY_SPOKE__WAKE__MIN_SCORES", "0")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("wake.min_scores"), "{err}");
+        let err = Config::load(None, env(&[("STRAWBERRY_SPOKE__WAKE__VAD", "loud")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("wake.vad"), "{err}");
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! - [`audio`]: the microphone (cpal) or a WAV file as 16 kHz mono frames, pre-roll.
 //! - [`vad`]: when a spoken command has ended.
 //! - [`stt`]: speech to text on the device (whisper.cpp), importing faster-whisper models.
+//! - [`wake`]: the wake word detector (rustpotter) and making wake words from recordings.
 //! - [`cli`]: the command line.
 
 pub mod agent;
@@ -32,3 +33,4 @@ pub mod sandbox;
 pub mod skills;
 pub mod stt;
 pub mod vad;
+pub mod wake;

@@ -553,6 +553,32 @@ async fn error_object_in_the_middle_of_the_stream() {
     );
 }
 
+/// llama.cpp wraps every token in a few hundred bytes of JSON (ids, timings): a short
+/// answer carried in heavy framing is not an "endless reply", and `max_tokens` goes out
+/// with the request.
+#[tokio::test]
+async fn heavy_framing_is_not_an_endless_reply() {
+    let timings = "x".repeat(600);
+    let mut chunks = vec![delta_event(json!({"role": "assistant"}))];
+    for _ in 0..400 {
+        chunks.push(format!(
+            "data: {}\n\n",
+            json!({"choices": [{"index": 0, "delta": {"content": "a"}}], "timings": {"pad": timings}})
+        ));
+    }
+    chunks.push(delta_event(json!({"content": "."})));
+    chunks.push("data: [DONE]\n\n".into());
+    let server = ScriptedServer::start(vec![Reply::Chunks(vec![chunks.concat()])]).await;
+    let mut s = setup_with(&[&server.url], |c| {
+        c.hub.max_reply_bytes = 2_000;
+        c.hub.max_tokens = 77;
+    });
+    let (events, result) = turn(&mut s, "x").await;
+    result.unwrap();
+    assert_eq!(events, vec![format!("say: {}.", "a".repeat(400))]);
+    assert_eq!(server.requests()[0]["max_tokens"], 77);
+}
+
 #[tokio::test]
 async fn endless_reply_is_stopped() {
     let events = fails_then_recovers(

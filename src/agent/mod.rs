@@ -161,7 +161,8 @@ impl Agent {
         let mut messages = vec![ChatMessage::new("system", self.system_prompt(utterance))];
         messages.extend(history);
         messages.push(ChatMessage::new("user", utterance));
-        HubClient::request_body(self.hub.primary_model(), &messages, self.tools().as_ref())
+        self.hub
+            .request_body(self.hub.primary_model(), &messages, self.tools().as_ref())
     }
 
     fn tools(&self) -> Option<Value> {

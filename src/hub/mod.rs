@@ -129,6 +129,7 @@ pub struct HubClient {
     chunk_timeout: Duration,
     retry_after: Duration,
     max_reply_bytes: usize,
+    max_tokens: u32,
 }
 
 impl HubClient {
@@ -174,6 +175,7 @@ impl HubClient {
             chunk_timeout: Duration::from_millis(config.chunk_timeout_ms),
             retry_after: Duration::from_millis(config.retry_down_after_ms),
             max_reply_bytes: config.max_reply_bytes,
+            max_tokens: config.max_tokens,
         })
     }
 
@@ -183,11 +185,17 @@ impl HubClient {
     }
 
     /// The JSON body of a streamed request for `model`.
-    pub fn request_body(model: &str, messages: &[ChatMessage], tools: Option<&Value>) -> Value {
+    pub fn request_body(
+        &self,
+        model: &str,
+        messages: &[ChatMessage],
+        tools: Option<&Value>,
+    ) -> Value {
         let mut body = serde_json::json!({
             "model": model,
             "messages": messages,
             "stream": true,
+            "max_tokens": self.max_tokens,
         });
         if let Some(tools) = tools {
             body["tools"] = tools.clone();
@@ -206,7 +214,7 @@ impl HubClient {
         let mut failures = Vec::new();
         for index in order {
             let endpoint = &self.endpoints[index];
-            let body = Self::request_body(&endpoint.model, messages, tools);
+            let body = self.request_body(&endpoint.model, messages, tools);
             let started = Instant::now();
             match self.open(endpoint, &body).await {
                 Ok(stream) => {

@@ -36,6 +36,14 @@ pub struct FunctionCall {
     pub arguments: String,
 }
 
+/// Most bytes on the wire, framing included, accepted for a reply whose text may
+/// reach `max_reply_bytes`. Real servers wrap every token in a few hundred bytes of
+/// JSON (llama.cpp adds timings to each chunk: ~300 bytes for a 4-byte token), so
+/// the bound is generous; it only stops streams that grow without carrying text.
+fn framing_limit(max_reply_bytes: usize) -> usize {
+    max_reply_bytes.saturating_mul(128).max(4 << 20)
+}
+
 /// A reply being received.
 pub struct ChatStream {
     response: reqwest::Response,
@@ -143,7 +151,7 @@ impl ChatStream {
         };
         let bytes = bytes.as_ref();
         self.received += bytes.len();
-        if self.received > self.max_reply_bytes.saturating_mul(4) {
+        if self.received > framing_limit(self.max_reply_bytes) {
             // Framing, not text, can also grow without end (e.g. endless keep-alives).
             return Err(HubError::TooLong(self.max_reply_bytes));
         }

@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 
 use crate::device::normalise;
-use crate::skills::search::ClassText;
 use crate::skills::{Example, SkillFunction};
 
 use super::protocol::{OFFLINE, ONLINE, Registration};
@@ -27,23 +26,7 @@ pub struct RemoteClass {
     pub functions: Vec<SkillFunction>,
 }
 
-impl ClassText for RemoteClass {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn summary(&self) -> &str {
-        &self.summary
-    }
-    fn description(&self) -> &str {
-        &self.description
-    }
-    fn examples(&self) -> &[Example] {
-        &self.examples
-    }
-    fn functions(&self) -> &[SkillFunction] {
-        &self.functions
-    }
-}
+crate::skills::search::impl_class_text!(RemoteClass);
 
 /// Another spoke.
 #[derive(Debug, Clone, Default)]

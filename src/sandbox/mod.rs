@@ -1,7 +1,7 @@
 //! The wasmtime sandbox that runs model-written Rhai (DESIGN.md 2.3).
 //!
 //! Model-written code is untrusted: it runs in a Rhai interpreter compiled to wasm
-//! (the `guest/` crate), in a fresh wasmtime instance per run, and its only way out
+//! (the `src/guest/` crate), in a fresh wasmtime instance per run, and its only way out
 //! is the `device` object, whose requests reach a [`DeviceHandler`] as JSON. Each run
 //! is bounded in memory, wall-clock time, output and Rhai's own operation, size and
 //! depth counts, and ends in exactly one [`RunOutcome`].

@@ -1,7 +1,7 @@
 //! The host side of the sandbox: a wasmtime engine with the precompiled guest, a
 //! fresh instance per run, and the limits that end a run that misbehaves.
 //!
-//! The protocol with the guest (specified in full in `guest/src/lib.rs`): pointers
+//! The protocol with the guest (specified in full in `src/guest/src/lib.rs`): pointers
 //! and lengths are `u32` offsets into guest memory, and a "packed" buffer is a `u64`
 //! `(pointer << 32) | length`. The host writes the code into a buffer from the
 //! guest's `alloc` export and calls `run(code, limits...)`, which returns the result

@@ -24,23 +24,32 @@ pub trait ClassText {
     fn functions(&self) -> &[SkillFunction];
 }
 
-impl ClassText for SkillClass {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn summary(&self) -> &str {
-        &self.summary
-    }
-    fn description(&self) -> &str {
-        &self.description
-    }
-    fn examples(&self) -> &[Example] {
-        &self.examples
-    }
-    fn functions(&self) -> &[SkillFunction] {
-        &self.functions
-    }
+/// Implements [`ClassText`] for a struct with `name`, `summary`, `description`,
+/// `examples` and `functions` fields (local and remote skill classes).
+macro_rules! impl_class_text {
+    ($ty:ty) => {
+        impl $crate::skills::search::ClassText for $ty {
+            fn name(&self) -> &str {
+                &self.name
+            }
+            fn summary(&self) -> &str {
+                &self.summary
+            }
+            fn description(&self) -> &str {
+                &self.description
+            }
+            fn examples(&self) -> &[$crate::skills::Example] {
+                &self.examples
+            }
+            fn functions(&self) -> &[$crate::skills::SkillFunction] {
+                &self.functions
+            }
+        }
+    };
 }
+pub(crate) use impl_class_text;
+
+impl_class_text!(SkillClass);
 
 /// Ranks the functions of `classes` for `query` on a one-off index, best first, at most
 /// `limit` (for sets that change between searches, such as skills across devices).

@@ -615,6 +615,23 @@ impl Builder<'_, '_> {
     }
 
     /// A block's fused self-attention (rows: query, key, value); the key bias is dropped.
+    /// A layer's feed-forward block: its layer norm and the two linears (`s` -> `4s` -> `s`).
+    fn feed_forward(&mut self, from: &str, to: &str, s: usize) -> Result<(), String> {
+        self.layer_norm(&format!("{from}/ffn/layer_norm"), &format!("{to}.mlp_ln"))?;
+        self.linear(
+            &format!("{from}/ffn/linear_0"),
+            &format!("{to}.mlp.0"),
+            4 * s,
+            s,
+        )?;
+        self.linear(
+            &format!("{from}/ffn/linear_1"),
+            &format!("{to}.mlp.2"),
+            s,
+            4 * s,
+        )
+    }
+
     fn self_attention(&mut self, from: &str, to: &str) -> Result<(), String> {
         let s = self.state;
         let name = |part: &str| Some(format!("{to}.attn.{part}"));
@@ -716,19 +733,7 @@ fn whisper_tensors(m: &Ct2Model, quantize: Quantize) -> Result<WhisperTensors, S
             &format!("{to}.attn_ln"),
         )?;
         b.self_attention(&from, &to)?;
-        b.layer_norm(&format!("{from}/ffn/layer_norm"), &format!("{to}.mlp_ln"))?;
-        b.linear(
-            &format!("{from}/ffn/linear_0"),
-            &format!("{to}.mlp.0"),
-            4 * s,
-            s,
-        )?;
-        b.linear(
-            &format!("{from}/ffn/linear_1"),
-            &format!("{to}.mlp.2"),
-            s,
-            4 * s,
-        )?;
+        b.feed_forward(&from, &to, s)?;
     }
 
     b.copy(
@@ -780,19 +785,7 @@ fn whisper_tensors(m: &Ct2Model, quantize: Quantize) -> Result<WhisperTensors, S
             s,
             s,
         )?;
-        b.layer_norm(&format!("{from}/ffn/layer_norm"), &format!("{to}.mlp_ln"))?;
-        b.linear(
-            &format!("{from}/ffn/linear_0"),
-            &format!("{to}.mlp.0"),
-            4 * s,
-            s,
-        )?;
-        b.linear(
-            &format!("{from}/ffn/linear_1"),
-            &format!("{to}.mlp.2"),
-            s,
-            4 * s,
-        )?;
+        b.feed_forward(&from, &to, s)?;
     }
     Ok(WhisperTensors {
         hparams,

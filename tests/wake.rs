@@ -1,0 +1,504 @@
+//! The wake word on real audio: espeak-ng voices that did not make the bundled word,
+//! minutes of other speech and noise, a word trained from files, and broken inputs.
+//! `tests/setup.sh` makes the audio (under `target/stt-test/wake`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+use strawberry_spoke::config::WakeConfig;
+use strawberry_spoke::stt::audio;
+use strawberry_spoke::wake::{Detection, Detector, SAMPLE_RATE, WakeError, WakeWord};
+
+/// How far a reported end of the phrase may be from the true one, in seconds.
+const END_TOLERANCE: f64 = 0.5;
+
+fn wake_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/stt-test/wake");
+    assert!(
+        dir.join(".stamp").exists(),
+        "{} is missing: run tests/setup.sh first",
+        dir.display()
+    );
+    dir
+}
+
+fn wavs(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    files.sort();
+    files
+}
+
+fn read_16k(path: &Path) -> Vec<f32> {
+    audio::read_wav_16k(path)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .0
+}
+
+/// The true end of the phrase in a clip, from the `.end` file next to it.
+fn true_end(wav: &Path) -> f64 {
+    let text = std::fs::read_to_string(wav.with_extension("end")).unwrap();
+    text.trim().parse().unwrap()
+}
+
+/// Streams audio through a detector in uneven chunks (as a sound card delivers them,
+/// and to cross rustpotter's 480-sample frames every way), then 1 s of silence.
+fn stream(detector: &mut Detector, samples: &[f32]) -> Vec<Detection> {
+    let sizes = [1, 479, 480, 481, 1_600, 7, 3_200];
+    let mut found = Vec::new();
+    let mut rest = samples;
+    for size in sizes.iter().cycle() {
+        if rest.is_empty() {
+            break;
+        }
+        let take = (*size).min(rest.len());
+        found.extend(detector.process(&rest[..take]));
+        rest = &rest[take..];
+    }
+    found.extend(detector.process(&vec![0.0; SAMPLE_RATE as usize]));
+    found
+}
+
+fn bundled_detector() -> Detector {
+    let config = WakeConfig::default();
+    Detector::with_word(&config.settings(), &config.word().unwrap()).unwrap()
+}
+
+fn secs(samples: u64) -> f64 {
+    samples as f64 / f64::from(SAMPLE_RATE)
+}
+
+#[test]
+fn bundled_word_wakes_on_unseen_voices_where_the_phrase_ends() {
+    let clips = wavs(&wake_dir().join("phrase"), ".wav");
+    assert!(clips.len() >= 8, "{clips:?}");
+    let mut report = String::new();
+    let mut failures = Vec::new();
+    for clip in &clips {
+        let samples = read_16k(clip);
+        let mut detector = bundled_detector();
+        let found = stream(&mut detector, &samples);
+        let end = true_end(clip);
+        report.push_str(&format!("{}: phrase ends {end:.2} s;", clip.display()));
+        for d in &found {
+            report.push_str(&format!(
+                " {:?} {:.2}-{:.2} s score {:.3} fired {:.2} s;",
+                d.name,
+                d.start_secs(),
+                d.end_secs(),
+                d.score,
+                d.fired_secs()
+            ));
+        }
+        report.push('\n');
+        let ok = match found.as_slice() {
+            [d] => {
+                d.name == "hey strawberry"
+                    && (d.end_secs() - end).abs() <= END_TOLERANCE
+                    && d.start < d.end
+                    && d.end <= d.fired_at
+                    && d.fired_secs() < end + 1.5
+            }
+            _ => false,
+        };
+        if !ok {
+            failures.push(clip.clone());
+        }
+    }
+    eprintln!("{report}");
+    assert!(
+        failures.is_empty(),
+        "wrong detections in {failures:?}:\n{report}"
+    );
+}
+
+#[test]
+fn no_false_wakes_in_minutes_of_other_speech_and_noise() {
+    let files = wavs(&wake_dir().join("other"), ".wav");
+    let mut seconds = 0.0;
+    let mut busy = 0.0;
+    let mut false_wakes = Vec::new();
+    let mut peaks = Vec::new();
+    for file in &files {
+        let samples = read_16k(file);
+        seconds += samples.len() as f64 / f64::from(SAMPLE_RATE);
+        let mut detector = bundled_detector();
+        let started = Instant::now();
+        for d in stream(&mut detector, &samples) {
+            false_wakes.push(format!(
+                "{} at {:.2} s, score {:.3}",
+                file.display(),
+                d.end_secs(),
+                d.score
+            ));
+        }
+        busy += started.elapsed().as_secs_f64();
+        peaks.push(format!(
+            "{}: best candidate {:?}",
+            file.file_name().unwrap().to_string_lossy(),
+            detector.peak().map(|(s, at)| (s, secs(at)))
+        ));
+    }
+    eprintln!(
+        "{seconds:.0} s of other speech and noise in {busy:.1} s ({:.1}% of a core, unoptimised crate code)\n{}",
+        busy / seconds * 100.0,
+        peaks.join("\n")
+    );
+    assert!(
+        seconds >= 300.0,
+        "only {seconds:.0} s of audio: setup.sh should make 5+ minutes"
+    );
+    assert!(
+        false_wakes.is_empty(),
+        "{} false wake(s):\n{}",
+        false_wakes.len(),
+        false_wakes.join("\n")
+    );
+}
+
+/// The voices that made the bundled word, read from the script that makes it.
+fn training_voices() -> Vec<String> {
+    let script = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/wake/make-hey-strawberry.sh"),
+    )
+    .unwrap();
+    let line = script
+        .lines()
+        .find(|l| l.starts_with("voices="))
+        .expect("voices= in the script");
+    line.trim_start_matches("voices=")
+        .trim_matches('"')
+        .split_whitespace()
+        .map(|p| p.split(':').next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn test_voices_are_not_the_training_voices() {
+    let training = training_voices();
+    assert!(training.len() >= 6, "{training:?}");
+    for clip in wavs(&wake_dir().join("phrase"), ".wav") {
+        let stem = clip.file_stem().unwrap().to_string_lossy().to_string();
+        assert!(
+            !training.iter().any(|v| v.replace('+', "_") == stem),
+            "{stem} made the bundled word: it is not an unseen voice"
+        );
+    }
+}
+
+fn spoke(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_strawberry-spoke"));
+    cmd.args(args).env("STRAWBERRY_SPOKE__LOG__LEVEL", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run strawberry-spoke")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// "hello kitchen" trained as a user would: five takes by one speaker (22 kHz mono and
+/// 44.1 kHz stereo files, silence around the phrase), then heard from the same speaker
+/// before a command.
+#[test]
+fn training_from_files_makes_a_word_that_wakes() {
+    let dir = wake_dir().join("kitchen");
+    let samples = wavs(&dir, "k.wav")
+        .into_iter()
+        .chain(wavs(&dir, "stereo.wav"))
+        .collect::<Vec<_>>();
+    assert_eq!(samples.len(), 5, "{samples:?}");
+    let test_on = wavs(&dir, ".wav")
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("command-")
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(test_on.len(), 3, "{test_on:?}");
+    let out_dir = tempfile::tempdir().unwrap();
+    let word_file = out_dir.path().join("kitchen.rpw");
+    let mut args = vec![
+        "wakeword",
+        "train",
+        "--name",
+        "hello kitchen",
+        "-o",
+        word_file.to_str().unwrap(),
+    ];
+    args.extend(samples.iter().map(|p| p.to_str().unwrap()));
+    let out = spoke(&args, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("\"hello kitchen\" from 5 recordings") && stdout.contains("of speech kept"),
+        "{stdout}"
+    );
+
+    let word = WakeWord::load(&word_file).unwrap();
+    assert_eq!((word.name(), word.recordings()), ("hello kitchen", 5));
+    let settings = WakeConfig::default().settings();
+    for clip in &test_on {
+        let mut detector = Detector::with_word(&settings, &word).unwrap();
+        let found = stream(&mut detector, &read_16k(clip));
+        let end = true_end(clip);
+        assert!(
+            found.len() == 1 && (found[0].end_secs() - end).abs() <= END_TOLERANCE,
+            "{}: phrase ends {end:.2} s, got {found:?}",
+            clip.display()
+        );
+    }
+    // The trained word is its own phrase: it does not answer to "hey strawberry".
+    for clip in wavs(&wake_dir().join("phrase"), ".wav") {
+        let mut detector = Detector::with_word(&settings, &word).unwrap();
+        let found = stream(&mut detector, &read_16k(&clip));
+        assert!(found.is_empty(), "{}: {found:?}", clip.display());
+    }
+
+    // `wakeword test` prints the detection with its time and score.
+    let clip = test_on[0].to_str().unwrap();
+    let out = spoke(
+        &["wakeword", "test", word_file.to_str().unwrap(), clip],
+        &[],
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("1 detection(s)")
+            && stdout.contains("\"hello kitchen\"")
+            && stdout.contains("score 0."),
+        "{stdout}"
+    );
+    // ...and the closest miss when nothing is detected.
+    let out = spoke(
+        &[
+            "wakeword",
+            "test",
+            "--threshold",
+            "0.99",
+            word_file.to_str().unwrap(),
+            clip,
+        ],
+        &[],
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("no detection") && stdout.contains("closest stretch scored"),
+        "{stdout}"
+    );
+}
+
+/// One detector can hold two words (the wake word and, later, "stop"); each detection
+/// names its word. `reset` forgets a half-heard phrase.
+#[test]
+fn two_words_in_one_detector_and_reset() {
+    let dir = wake_dir();
+    let kitchen_dir = dir.join("kitchen");
+    let samples = wavs(&kitchen_dir, "k.wav");
+    let (kitchen, _) = strawberry_spoke::wake::train::train("hello kitchen", &samples).unwrap();
+    let settings = WakeConfig::default().settings();
+    let mut detector = Detector::with_word(&settings, &WakeWord::bundled().unwrap()).unwrap();
+    detector.add_word(&kitchen).unwrap();
+    let phrase = wavs(&dir.join("phrase"), ".wav")[0].clone();
+    let command = kitchen_dir.join("command-155.wav");
+    let mut names = HashMap::new();
+    for clip in [&phrase, &command] {
+        for d in stream(&mut detector, &read_16k(clip)) {
+            *names.entry(d.name).or_insert(0) += 1;
+        }
+    }
+    assert_eq!(
+        names,
+        HashMap::from([
+            ("hey strawberry".to_string(), 1),
+            ("hello kitchen".to_string(), 1)
+        ])
+    );
+    assert!(detector.remove_word("hello kitchen"));
+    assert!(!detector.remove_word("hello kitchen"));
+
+    // Cut the phrase in the middle of "strawberry": with a reset there, nothing fires.
+    let samples = read_16k(&phrase);
+    let cut = ((true_end(&phrase) - 0.4) * f64::from(SAMPLE_RATE)) as usize;
+    let mut detector = bundled_detector();
+    assert!(detector.process(&samples[..cut]).is_empty());
+    detector.reset();
+    let rest = stream(&mut detector, &samples[cut..]);
+    assert!(rest.is_empty(), "{rest:?}");
+    // Positions keep counting across the reset.
+    assert_eq!(
+        detector.position(),
+        samples.len() as u64 + u64::from(SAMPLE_RATE)
+    );
+    // Without it, the same audio wakes.
+    let mut detector = bundled_detector();
+    assert!(detector.process(&samples[..cut]).is_empty());
+    assert_eq!(stream(&mut detector, &samples[cut..]).len(), 1);
+}
+
+#[test]
+fn bad_inputs_are_clear_errors_not_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name);
+
+    // A missing wake word file.
+    let out = spoke(&["wakeword", "test", "/nonexistent/w.rpw", "x.wav"], &[]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("/nonexistent/w.rpw") && stderr.contains("cannot read"),
+        "{stderr}"
+    );
+
+    // Not a wake word file: random bytes, a WAV, and a cut-off real one.
+    std::fs::write(path("junk.rpw"), b"this is not CBOR at all \xff\x00").unwrap();
+    let mut cut = strawberry_spoke::wake::BUNDLED.to_vec();
+    cut.truncate(cut.len() / 2);
+    std::fs::write(path("cut.rpw"), &cut).unwrap();
+    let wav = wavs(&wake_dir().join("phrase"), ".wav")[0].clone();
+    for bad in [path("junk.rpw"), path("cut.rpw"), wav.clone()] {
+        let err = WakeWord::load(&bad).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            matches!(err, WakeError::Format { .. })
+                && msg.contains(&bad.display().to_string())
+                && msg.contains("not a rustpotter wake word file")
+                && msg.contains("wakeword train"),
+            "{msg}"
+        );
+    }
+    // Through the command line and the config, the error names wake.file.
+    let out = spoke(
+        &[
+            "wakeword",
+            "test",
+            path("junk.rpw").to_str().unwrap(),
+            wav.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("not a rustpotter wake word file"));
+    let config = WakeConfig {
+        file: Some(path("junk.rpw")),
+        ..WakeConfig::default()
+    };
+    let msg = config.word().unwrap_err().to_string();
+    assert!(
+        msg.starts_with("wake.file ") && msg.contains("junk.rpw"),
+        "{msg}"
+    );
+
+    // Well-formed files whose contents cannot work.
+    let empty = rustpotter::WakewordRef {
+        name: "x".into(),
+        avg_features: None,
+        samples_features: HashMap::new(),
+        threshold: None,
+        avg_threshold: None,
+        rms_level: 0.1,
+        mfcc_size: 16,
+    };
+    let bytes = rustpotter::WakewordSave::save_to_buffer(&empty).unwrap();
+    let err = WakeWord::from_bytes(&bytes, "empty.rpw").unwrap_err();
+    assert!(
+        matches!(err, WakeError::Invalid { .. }) && err.to_string().contains("no recordings"),
+        "{err}"
+    );
+    let ragged = rustpotter::WakewordRef {
+        samples_features: HashMap::from([("a".to_string(), vec![vec![0.1; 16], vec![0.2; 15]])]),
+        ..empty
+    };
+    let bytes = rustpotter::WakewordSave::save_to_buffer(&ragged).unwrap();
+    let err = WakeWord::from_bytes(&bytes, "ragged.rpw").unwrap_err();
+    assert!(err.to_string().contains("size 15"), "{err}");
+
+    // Training: too few recordings, a silent one, a missing one.
+    let out = spoke(
+        &[
+            "wakeword",
+            "train",
+            "--name",
+            "x",
+            "-o",
+            path("o.rpw").to_str().unwrap(),
+            wav.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("1 recording(s)") && stderr.contains("at least 3"),
+        "{stderr}"
+    );
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path("silent.wav"), spec).unwrap();
+    for _ in 0..16_000 {
+        w.write_sample(0i16).unwrap();
+    }
+    w.finalize().unwrap();
+    let w = wav.to_str().unwrap();
+    let silent = path("silent.wav");
+    let out = spoke(
+        &[
+            "wakeword",
+            "train",
+            "--name",
+            "x",
+            "-o",
+            path("o.rpw").to_str().unwrap(),
+            w,
+            w,
+            silent.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("silent.wav: silent"), "{stderr}");
+    let out = spoke(
+        &[
+            "wakeword",
+            "train",
+            "--name",
+            "x",
+            "-o",
+            path("o.rpw").to_str().unwrap(),
+            w,
+            w,
+            "/nonexistent/take3.wav",
+        ],
+        &[],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("/nonexistent/take3.wav"), "{stderr}");
+    assert!(
+        !path("o.rpw").exists(),
+        "no file is written when training fails"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    // Settings that cannot work.
+    let settings = strawberry_spoke::wake::Settings {
+        threshold: 2.0,
+        ..Default::default()
+    };
+    let err = Detector::new(&settings).unwrap_err();
+    assert!(err.to_string().contains("threshold"), "{err}");
+}
