@@ -5,7 +5,7 @@
 //! recordings of the phrase turned into MFCC feature sequences; detection compares the
 //! live stream against each of them with dynamic time warping. That needs no model
 //! download and no training run, a user can make their own word from a few recordings
-//! in a second, and it costs a few percent of one core (3.6% with the bundled word
+//! in a second, and it costs a few percent of one core (3.2% with the bundled word
 //! on the development machine, BENCHMARKS.md). Its weakness is that it matches voices
 //! like the recorded ones best, which is why the bundled word is built from several
 //! voices and speeds, and why `wakeword train` exists.
