@@ -422,21 +422,26 @@ fn bad_inputs_are_clear_errors_not_panics() {
     let err = WakeWord::from_bytes(&bytes, "ragged.rpw").unwrap_err();
     assert!(err.to_string().contains("size 15"), "{err}");
 
-    // Training: too few recordings, a silent one, a missing one.
-    let out = spoke(
-        &[
+    // Training: too few recordings, a silent one, a missing one. Each fails with
+    // exit code 2; the closure returns its stderr.
+    let out_file = path("o.rpw");
+    let train_fails = |takes: &[&str]| {
+        let mut args = vec![
             "wakeword",
             "train",
             "--name",
             "x",
             "-o",
-            path("o.rpw").to_str().unwrap(),
-            wav.to_str().unwrap(),
-        ],
-        &[],
-    );
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+            out_file.to_str().unwrap(),
+        ];
+        args.extend_from_slice(takes);
+        let out = spoke(&args, &[]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        stderr
+    };
+    let w = wav.to_str().unwrap();
+    let stderr = train_fails(&[w]);
     assert!(
         stderr.contains("1 recording(s)") && stderr.contains("at least 3"),
         "{stderr}"
@@ -447,46 +452,15 @@ fn bad_inputs_are_clear_errors_not_panics() {
         bits_per_sample: 16,
         sample_format: hound::SampleFormat::Int,
     };
-    let mut w = hound::WavWriter::create(path("silent.wav"), spec).unwrap();
+    let mut writer = hound::WavWriter::create(path("silent.wav"), spec).unwrap();
     for _ in 0..16_000 {
-        w.write_sample(0i16).unwrap();
+        writer.write_sample(0i16).unwrap();
     }
-    w.finalize().unwrap();
-    let w = wav.to_str().unwrap();
+    writer.finalize().unwrap();
     let silent = path("silent.wav");
-    let out = spoke(
-        &[
-            "wakeword",
-            "train",
-            "--name",
-            "x",
-            "-o",
-            path("o.rpw").to_str().unwrap(),
-            w,
-            w,
-            silent.to_str().unwrap(),
-        ],
-        &[],
-    );
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let stderr = train_fails(&[w, w, silent.to_str().unwrap()]);
     assert!(stderr.contains("silent.wav: silent"), "{stderr}");
-    let out = spoke(
-        &[
-            "wakeword",
-            "train",
-            "--name",
-            "x",
-            "-o",
-            path("o.rpw").to_str().unwrap(),
-            w,
-            w,
-            "/nonexistent/take3.wav",
-        ],
-        &[],
-    );
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let stderr = train_fails(&[w, w, "/nonexistent/take3.wav"]);
     assert!(stderr.contains("/nonexistent/take3.wav"), "{stderr}");
     assert!(
         !path("o.rpw").exists(),
