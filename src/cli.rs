@@ -6,6 +6,7 @@
 //! broken skill files in `skills check`).
 
 mod conversation;
+mod listen;
 mod wakeword;
 
 use std::io::{IsTerminal, Read, Write};
@@ -63,6 +64,22 @@ pub enum Command {
     /// Run the spoke without audio: skills with hot reload and the MQTT link, until
     /// SIGTERM or SIGINT.
     Serve,
+    /// Run the voice assistant: microphone, wake word, command, reply, continuously,
+    /// with skills and the MQTT link, until SIGTERM or SIGINT; SIGHUP reloads the
+    /// config. Tells systemd when it is ready and feeds its watchdog.
+    Run,
+    /// Run the whole voice pipeline on a recording (wake word, end of speech,
+    /// transcript, turn, speech) and print each stage with its timing.
+    Listen {
+        /// The recording (WAV, any rate, any channels).
+        file: PathBuf,
+        /// Write the spoken reply to this WAV file instead of playing it.
+        #[arg(long, value_name = "WAV")]
+        out: Option<PathBuf>,
+        /// The recording is the command itself, without the wake word.
+        #[arg(long)]
+        no_wake: bool,
+    },
     /// One conversation turn with the model, streamed to stdout; exit 2 when it failed.
     Ask {
         /// What to say.
@@ -197,6 +214,13 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             runtime()?.block_on(crate::daemon::serve(&config, Arc::new(ConsoleConfirm)))?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Run => {
+            runtime()?.block_on(crate::daemon::run(cli.config.clone(), config))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Listen { file, out, no_wake } => {
+            listen::listen(&config, &file, out.as_deref(), no_wake)
+        }
         Command::Ask { text } => conversation::ask(&config, &text.join(" ")),
         Command::Chat => conversation::chat(&config),
         Command::Prompt { text } => conversation::prompt(&config, &text.join(" ")),
@@ -263,11 +287,16 @@ fn init_logging(config: &Config) {
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Logs go to stderr: stdout carries what the user asked for.
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+        .with_ansi(std::io::stderr().is_terminal());
+    // Under systemd, journald stamps each line itself: a second timestamp is noise.
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        let _ = builder.without_time().try_init();
+    } else {
+        let _ = builder.try_init();
+    }
 }
 
 /// Loads the skill folder; broken files are reported and skipped.

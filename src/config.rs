@@ -54,6 +54,52 @@ pub struct Config {
     pub hub: HubConfig,
     /// The conversation loop.
     pub agent: AgentConfig,
+    /// Speaking replies.
+    pub tts: TtsConfig,
+}
+
+/// `[tts]`: how replies are spoken.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TtsConfig {
+    /// `espeak-ng` (Debian package), `piper` (a natural voice; install it and a voice),
+    /// or `none` (replies are only logged).
+    pub engine: crate::tts::Engine,
+    /// The program to run; empty: `espeak-ng` or `piper` from `PATH`.
+    pub program: PathBuf,
+    /// espeak-ng: a voice name (`en-us`, `en-gb+f3`; `espeak-ng --voices` lists them).
+    /// piper: the `.onnx` voice file, with its `.onnx.json` beside it.
+    pub voice: String,
+    /// espeak-ng: speed in words per minute.
+    pub rate_wpm: u32,
+    /// Longest one sentence may take to synthesise.
+    pub timeout_ms: u64,
+}
+
+impl Default for TtsConfig {
+    fn default() -> Self {
+        let s = crate::tts::TtsSettings::default();
+        TtsConfig {
+            engine: s.engine,
+            program: s.program,
+            voice: s.voice,
+            rate_wpm: s.rate_wpm,
+            timeout_ms: millis(s.timeout),
+        }
+    }
+}
+
+impl TtsConfig {
+    /// What the synthesiser needs.
+    pub fn settings(&self) -> crate::tts::TtsSettings {
+        crate::tts::TtsSettings {
+            engine: self.engine,
+            program: self.program.clone(),
+            voice: self.voice.clone(),
+            rate_wpm: self.rate_wpm,
+            timeout: Duration::from_millis(self.timeout_ms),
+        }
+    }
 }
 
 /// `[hub]`: where the language model is and how long to wait for it.
@@ -236,6 +282,10 @@ pub struct AudioConfig {
     pub retry_max_ms: u64,
     /// An input that delivers nothing for this long is taken as lost and reopened.
     pub stall_timeout_ms: u64,
+    /// Loudness of speech and cues, in percent (0 to 200; 100 plays them as made).
+    pub volume: u32,
+    /// Short tones when the wake word is heard, when a command is done, and on errors.
+    pub cues: bool,
 }
 
 impl Default for AudioConfig {
@@ -251,6 +301,8 @@ impl Default for AudioConfig {
             retry_min_ms: millis(capture.retry_min),
             retry_max_ms: millis(capture.retry_max),
             stall_timeout_ms: millis(capture.stall_timeout),
+            volume: 100,
+            cues: true,
         }
     }
 }
@@ -281,6 +333,12 @@ pub struct WakeConfig {
     pub gain_normalizer: bool,
     /// Fire at the first `min_scores` frames instead of the best match.
     pub eager: bool,
+    /// The wake word heard while the spoke is speaking or working on a reply stops
+    /// it and listens for a new command. Off: it is ignored until the reply is done.
+    pub interrupt: bool,
+    /// Commands that stop what the spoke is saying without asking the model
+    /// (compared ignoring case and punctuation).
+    pub stop_phrases: Vec<String>,
 }
 
 impl Default for WakeConfig {
@@ -297,6 +355,17 @@ impl Default for WakeConfig {
             vad: s.vad,
             gain_normalizer: s.gain_normalizer,
             eager: s.eager,
+            interrupt: true,
+            stop_phrases: [
+                "stop",
+                "cancel",
+                "never mind",
+                "nevermind",
+                "be quiet",
+                "shut up",
+            ]
+            .map(String::from)
+            .to_vec(),
         }
     }
 }
@@ -328,6 +397,9 @@ pub struct VadConfig {
     pub no_speech_timeout_ms: u64,
     /// dB above the room's noise floor that counts as speech; lower is more sensitive.
     pub threshold_db: f64,
+    /// After a reply that asks something, listen this long for the answer without the
+    /// wake word (0: never).
+    pub follow_up_ms: u64,
 }
 
 impl Default for VadConfig {
@@ -338,6 +410,7 @@ impl Default for VadConfig {
             max_utterance_ms: vad.max_utterance_ms,
             no_speech_timeout_ms: vad.no_speech_timeout_ms,
             threshold_db: vad.threshold_db,
+            follow_up_ms: 5_000,
         }
     }
 }
@@ -771,6 +844,8 @@ impl Config {
                 60_000,
             ),
             ("vad.hangover_ms", vad.hangover_ms, 100, 5_000),
+            ("vad.follow_up_ms", vad.follow_up_ms, 0, 60_000),
+            ("tts.timeout_ms", self.tts.timeout_ms, 100, 120_000),
             ("vad.max_utterance_ms", vad.max_utterance_ms, 1_000, 120_000),
             (
                 "vad.no_speech_timeout_ms",
@@ -793,6 +868,24 @@ impl Config {
                 format!(
                     "{} is below audio.retry_min_ms ({}): the cap must be at least the first wait",
                     audio.retry_max_ms, audio.retry_min_ms
+                ),
+            ));
+        }
+        if audio.volume > 200 {
+            return Err(invalid(
+                "audio.volume",
+                format!(
+                    "{}% is out of range: use 0 to 200 (100 plays speech as made)",
+                    audio.volume
+                ),
+            ));
+        }
+        if !(80..=450).contains(&self.tts.rate_wpm) {
+            return Err(invalid(
+                "tts.rate_wpm",
+                format!(
+                    "{} words per minute is out of range: use 80 to 450",
+                    self.tts.rate_wpm
                 ),
             ));
         }

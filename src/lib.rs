@@ -12,12 +12,15 @@
 //! - [`sandbox`]: the wasmtime instance that runs model-written code.
 //! - [`device`]: the `device` object model code sees, wired to the skill registry.
 //! - [`mqtt`]: the link to the hub's broker: presence, registration, calls across devices.
-//! - [`daemon`]: the long-running spoke (`serve`): skills with hot reload and the link.
+//! - [`daemon`]: the long-running spoke: `serve` (skills with hot reload and the link)
+//!   and `run` (that, plus the voice loop: wake word, command, reply; systemd).
 //! - [`hub`]: the OpenAI-compatible client for the model on the hub.
 //! - [`agent`]: the conversation loop: prompt, streamed reply, code runs, memory.
-//! - [`audio`]: the microphone (cpal) or a WAV file as 16 kHz mono frames, pre-roll.
+//! - [`audio`]: the microphone (cpal) or a WAV file as 16 kHz mono frames, pre-roll;
+//!   the speaker, cues.
 //! - [`vad`]: when a spoken command has ended.
 //! - [`stt`]: speech to text on the device (whisper.cpp), importing faster-whisper models.
+//! - [`tts`]: speaking replies (espeak-ng, piper), sentence by sentence as they stream.
 //! - [`wake`]: the wake word detector (rustpotter) and making wake words from recordings.
 //! - [`cli`]: the command line.
 
@@ -32,5 +35,6 @@ pub mod mqtt;
 pub mod sandbox;
 pub mod skills;
 pub mod stt;
+pub mod tts;
 pub mod vad;
 pub mod wake;

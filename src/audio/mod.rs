@@ -1,4 +1,5 @@
-//! Audio in: the microphone (cpal) or a WAV file, as 16 kHz mono f32 frames.
+//! Audio in and out: the microphone (cpal) or a WAV file as 16 kHz mono f32 frames,
+//! and the speaker.
 //!
 //! Why this shape: everything after the microphone (wake word, [`crate::vad`], Whisper)
 //! works on 16 kHz mono, while sound cards come at 44.1/48 kHz, in stereo, as integers.
@@ -9,13 +10,17 @@
 //! channels. A lost device is retried with capped backoff, never a crash.
 //!
 //! - [`capture`]: the microphone thread: open, convert, retry.
+//! - [`cues`]: the short tones that say "I heard you", "done" and "that failed".
 //! - [`devices`]: what inputs and outputs exist and what they support.
+//! - [`playback`]: the speaker, opened only while there is something to play.
 //! - [`preroll`]: the ring buffer that keeps the audio before a trigger.
 //! - [`resample`]: windowed-sinc rate conversion, in one go or streamed.
 //! - [`wav`]: WAV files, and a WAV file as a frame source.
 
 pub mod capture;
+pub mod cues;
 pub mod devices;
+pub mod playback;
 pub mod preroll;
 pub mod resample;
 pub mod wav;

@@ -21,12 +21,41 @@ pub enum AudioError {
     /// The file holds no audio.
     #[error("{path}: the file holds no audio")]
     Empty { path: PathBuf },
+    /// The file could not be written.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: hound::Error,
+    },
     /// The thread that delivers the frames could not start.
     #[error("cannot start the audio source thread: {source}")]
     Thread {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// Writes mono samples in `[-1, 1]` as a 16-bit PCM WAV file.
+pub fn write_wav(path: &Path, samples: &[f32], rate: u32) -> Result<(), AudioError> {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: rate,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let err = |source| AudioError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut writer = hound::WavWriter::create(path, spec).map_err(err)?;
+    for &s in samples {
+        // Truncation is the conversion: the value is already scaled into i16's range.
+        writer
+            .write_sample((s.clamp(-1.0, 1.0) * 32767.0) as i16)
+            .map_err(err)?;
+    }
+    writer.finalize().map_err(err)
 }
 
 /// A WAV file's audio, mixed to mono, at its own rate.

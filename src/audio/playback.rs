@@ -1,0 +1,452 @@
+//! The speaker: a thread that opens the cpal output only while there is something to
+//! play, and a WAV file sink with the same interface for `listen --out`.
+//!
+//! Why open per reply: on a Pi the output is often shared through `dmix`, and a
+//! stream held open forever keeps the card busy and burns a core on some drivers;
+//! an unpaced device (ALSA's `file`/`null`, used in tests) would spin. The stream is
+//! closed once the queue has run dry and a short tail of silence has been written,
+//! counted in samples rather than wall time, so a real card has played what it was
+//! given and an unpaced one closes at once. The callback never blocks: it `try_lock`s
+//! the queue and writes silence if it is contended. A missing or failing output is
+//! logged with the outputs that exist; what was to be played is dropped, and the next
+//! reply tries again. Nothing here panics on what the device does.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cpal::traits::{DeviceTrait, HostTrait, StreamTrait};
+
+use super::resample::resample;
+
+/// Silence written after the last sample before the stream is closed.
+const TAIL: Duration = Duration::from_millis(250);
+
+/// Where speech and cues go: the speaker, or a file.
+pub trait Output: Send + Sync {
+    /// Queues mono samples in `[-1, 1]` at `rate`; returns at once.
+    fn play(&self, samples: &[f32], rate: u32);
+    /// Drops everything queued and not yet played.
+    fn stop(&self);
+    /// Whether something is queued or playing.
+    fn busy(&self) -> bool;
+    /// When the first sample since the last [`Output::mark`] went out.
+    fn first_audio(&self) -> Option<Instant>;
+    /// Starts a new measurement for [`Output::first_audio`].
+    fn mark(&self);
+}
+
+/// Waits until `output` has played everything; false if `timeout` passed first.
+pub fn wait_idle(output: &dyn Output, timeout: Duration) -> bool {
+    let until = Instant::now() + timeout;
+    while output.busy() {
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+/// What the player and its callback share.
+#[derive(Debug, Default)]
+struct Shared {
+    /// Mono samples at the open device's rate.
+    queue: Mutex<VecDeque<f32>>,
+    /// Something is queued or the stream is open.
+    busy: AtomicBool,
+    /// Silent samples written since the queue ran dry.
+    silence: AtomicU64,
+    first_audio: Mutex<Option<Instant>>,
+    /// Bumped by `stop`: audio resampled for an older generation is not queued.
+    generation: AtomicU64,
+}
+
+enum Request {
+    Play(Vec<f32>, u32, u64),
+}
+
+/// The speaker: plays on the configured cpal output. Dropping it stops playback.
+pub struct Player {
+    requests: Option<Sender<Request>>,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Player {
+    /// Starts the player thread for `output` (an ALSA PCM name or description, empty
+    /// for the default) at `volume` (1.0 unchanged). Devices are opened on demand.
+    pub fn start(output: &str, volume: f32) -> std::io::Result<Player> {
+        let shared = Arc::new(Shared::default());
+        let (tx, rx) = mpsc::channel();
+        let owner = Owner {
+            output: output.to_string(),
+            volume,
+            shared: shared.clone(),
+            requests: rx,
+        };
+        let thread = std::thread::Builder::new()
+            .name("audio-playback".into())
+            .spawn(move || owner.run())?;
+        Ok(Player {
+            requests: Some(tx),
+            shared,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Output for Player {
+    fn play(&self, samples: &[f32], rate: u32) {
+        if samples.is_empty() {
+            return;
+        }
+        self.shared.busy.store(true, Ordering::SeqCst);
+        let generation = self.shared.generation.load(Ordering::SeqCst);
+        if let Some(tx) = &self.requests {
+            let _ = tx.send(Request::Play(samples.to_vec(), rate, generation));
+        }
+    }
+
+    fn stop(&self) {
+        self.shared.generation.fetch_add(1, Ordering::SeqCst);
+        lock(&self.shared.queue).clear();
+    }
+
+    fn busy(&self) -> bool {
+        self.shared.busy.load(Ordering::SeqCst)
+    }
+
+    fn first_audio(&self) -> Option<Instant> {
+        *lock(&self.shared.first_audio)
+    }
+
+    fn mark(&self) {
+        *lock(&self.shared.first_audio) = None;
+    }
+}
+
+impl Drop for Player {
+    fn drop(&mut self) {
+        self.stop();
+        self.requests.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+struct Owner {
+    output: String,
+    volume: f32,
+    shared: Arc<Shared>,
+    requests: Receiver<Request>,
+}
+
+struct Open {
+    _stream: cpal::Stream,
+    rate: u32,
+    errors: Receiver<String>,
+    device: String,
+}
+
+impl Owner {
+    fn run(self) {
+        let mut open: Option<Open> = None;
+        loop {
+            let request = if open.is_some() {
+                match self.requests.recv_timeout(Duration::from_millis(10)) {
+                    Ok(r) => Some(r),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            } else {
+                self.shared.busy.store(false, Ordering::SeqCst);
+                match self.requests.recv() {
+                    Ok(r) => Some(r),
+                    Err(_) => return,
+                }
+            };
+            if let Some(Request::Play(samples, rate, generation)) = request {
+                if open.is_none() {
+                    match self.open() {
+                        Ok(o) => open = Some(o),
+                        Err(error) => {
+                            tracing::warn!("{error}; the reply is not played");
+                            continue;
+                        }
+                    }
+                }
+                if let Some(o) = &open {
+                    let mut out = resample(&samples, rate, o.rate);
+                    for s in &mut out {
+                        *s = (*s * self.volume).clamp(-1.0, 1.0);
+                    }
+                    if generation == self.shared.generation.load(Ordering::SeqCst) {
+                        lock(&self.shared.queue).extend(out);
+                        self.shared.silence.store(0, Ordering::SeqCst);
+                    }
+                }
+            }
+            let Some(o) = &open else { continue };
+            if let Ok(message) = o.errors.try_recv() {
+                tracing::warn!(device = %o.device, "audio output failed: {message}; closing it");
+                lock(&self.shared.queue).clear();
+                open = None;
+                continue;
+            }
+            let tail = u64::from(o.rate) * TAIL.as_millis() as u64 / 1000;
+            let drained = lock(&self.shared.queue).is_empty();
+            if drained && self.shared.silence.load(Ordering::SeqCst) >= tail {
+                tracing::debug!(device = %o.device, "audio output closed");
+                open = None;
+            }
+        }
+    }
+
+    fn open(&self) -> Result<Open, String> {
+        let host = cpal::default_host();
+        let outputs = || {
+            host.output_devices()
+                .map(|d| d.map(|d| super::capture::device_id(&d)).collect::<Vec<_>>())
+                .unwrap_or_default()
+                .join(", ")
+        };
+        let device = find_output(&host, &self.output).ok_or_else(|| {
+            format!(
+                "no audio output {:?}; outputs here: {}; set audio.output to one of them",
+                self.output,
+                outputs()
+            )
+        })?;
+        let id = super::capture::device_id(&device);
+        let fail = |e: String| {
+            format!(
+                "audio output {id:?} cannot be opened: {e}; outputs here: {}",
+                outputs()
+            )
+        };
+        let supported = device
+            .default_output_config()
+            .map_err(|e| fail(e.to_string()))?;
+        let format = supported.sample_format();
+        let config = supported.config();
+        let channels = usize::from(config.channels.max(1));
+        let shared = self.shared.clone();
+        let (errors, error_rx) = mpsc::sync_channel(8);
+        let stream = device
+            .build_output_stream_raw(
+                config,
+                format,
+                move |data: &mut cpal::Data, _: &cpal::OutputCallbackInfo| {
+                    fill(data, channels, &shared);
+                },
+                move |error: cpal::Error| {
+                    if error.kind() == cpal::ErrorKind::Xrun {
+                        tracing::debug!("audio output underrun: {error}");
+                        return;
+                    }
+                    let _ = errors.try_send(error.to_string());
+                },
+                None,
+            )
+            .map_err(|e| fail(e.to_string()))?;
+        stream.play().map_err(|e| fail(e.to_string()))?;
+        tracing::debug!(device = %id, rate = config.sample_rate, channels, %format, "audio output open");
+        Ok(Open {
+            _stream: stream,
+            rate: config.sample_rate,
+            errors: error_rx,
+            device: id,
+        })
+    }
+}
+
+fn find_output(host: &cpal::Host, name: &str) -> Option<cpal::Device> {
+    if name.is_empty() {
+        return host.default_output_device();
+    }
+    if let Ok(devices) = host.output_devices() {
+        for device in devices {
+            let id_matches = device.id().is_ok_and(|id| id.id() == name);
+            let name_matches = device.description().is_ok_and(|d| d.name() == name);
+            if id_matches || name_matches {
+                return Some(device);
+            }
+        }
+    }
+    host.device_by_id(&cpal::DeviceId::new(host.id(), name))
+}
+
+/// The callback: queued samples, each copied to every channel, then silence.
+fn fill(data: &mut cpal::Data, channels: usize, shared: &Shared) {
+    use cpal::{FromSample, I24, SampleFormat as F, SizedSample, U24};
+    fn write<T: SizedSample + FromSample<f32>>(out: &mut [T], channels: usize, shared: &Shared) {
+        let frames = out.len() / channels;
+        let mut taken = 0;
+        if let Ok(mut queue) = shared.queue.try_lock() {
+            for frame in out.chunks_exact_mut(channels) {
+                let Some(s) = queue.pop_front() else { break };
+                frame.fill(T::from_sample(s));
+                taken += 1;
+            }
+        }
+        for frame in out.chunks_exact_mut(channels).skip(taken) {
+            frame.fill(T::EQUILIBRIUM);
+        }
+        if taken > 0
+            && let Ok(mut first) = shared.first_audio.try_lock()
+        {
+            first.get_or_insert_with(Instant::now);
+        }
+        let silent = (frames - taken) as u64;
+        if taken == frames {
+            shared.silence.store(0, Ordering::Relaxed);
+        } else {
+            shared.silence.fetch_add(silent, Ordering::Relaxed);
+        }
+    }
+    match data.sample_format() {
+        F::I8 => data
+            .as_slice_mut::<i8>()
+            .map(|d| write(d, channels, shared)),
+        F::I16 => data
+            .as_slice_mut::<i16>()
+            .map(|d| write(d, channels, shared)),
+        F::I24 => data
+            .as_slice_mut::<I24>()
+            .map(|d| write(d, channels, shared)),
+        F::I32 => data
+            .as_slice_mut::<i32>()
+            .map(|d| write(d, channels, shared)),
+        F::U8 => data
+            .as_slice_mut::<u8>()
+            .map(|d| write(d, channels, shared)),
+        F::U16 => data
+            .as_slice_mut::<u16>()
+            .map(|d| write(d, channels, shared)),
+        F::U24 => data
+            .as_slice_mut::<U24>()
+            .map(|d| write(d, channels, shared)),
+        F::U32 => data
+            .as_slice_mut::<u32>()
+            .map(|d| write(d, channels, shared)),
+        F::F32 => data
+            .as_slice_mut::<f32>()
+            .map(|d| write(d, channels, shared)),
+        F::F64 => data
+            .as_slice_mut::<f64>()
+            .map(|d| write(d, channels, shared)),
+        _ => {
+            data.bytes_mut().fill(0);
+            shared.silence.fetch_add(u64::MAX / 2, Ordering::Relaxed);
+            None
+        }
+    };
+}
+
+/// Collects everything played, at the first rate it was given, and writes it to a
+/// 16-bit WAV file on [`WavSink::finish`]. For `listen --out`, and for tests.
+pub struct WavSink {
+    path: PathBuf,
+    volume: f32,
+    audio: Mutex<(Vec<f32>, u32)>,
+    first_audio: Mutex<Option<Instant>>,
+}
+
+impl WavSink {
+    /// A sink that will write `path`.
+    pub fn new(path: &Path, volume: f32) -> WavSink {
+        WavSink {
+            path: path.to_path_buf(),
+            volume,
+            audio: Mutex::new((Vec::new(), 0)),
+            first_audio: Mutex::new(None),
+        }
+    }
+
+    /// Writes the file; returns how many seconds it holds.
+    pub fn finish(&self) -> Result<f64, super::wav::AudioError> {
+        let (samples, rate) = &*lock(&self.audio);
+        let rate = if *rate == 0 {
+            super::SAMPLE_RATE
+        } else {
+            *rate
+        };
+        super::wav::write_wav(&self.path, samples, rate)?;
+        Ok(samples.len() as f64 / f64::from(rate))
+    }
+}
+
+impl Output for WavSink {
+    fn play(&self, samples: &[f32], rate: u32) {
+        let mut audio = lock(&self.audio);
+        if audio.1 == 0 {
+            audio.1 = rate;
+        }
+        let at = audio.1;
+        audio.0.extend(
+            resample(samples, rate, at)
+                .into_iter()
+                .map(|s| (s * self.volume).clamp(-1.0, 1.0)),
+        );
+        lock(&self.first_audio).get_or_insert_with(Instant::now);
+    }
+
+    fn stop(&self) {}
+
+    fn busy(&self) -> bool {
+        false
+    }
+
+    fn first_audio(&self) -> Option<Instant> {
+        *lock(&self.first_audio)
+    }
+
+    fn mark(&self) {
+        *lock(&self.first_audio) = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wav_sink_keeps_the_first_rate_and_applies_the_volume() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.wav");
+        let sink = WavSink::new(&path, 0.5);
+        assert!(sink.first_audio().is_none());
+        sink.play(&vec![0.8; 16_000], 16_000);
+        sink.play(&vec![0.8; 8_000], 8_000);
+        assert!(sink.first_audio().is_some());
+        let secs = sink.finish().unwrap();
+        assert!((secs - 2.0).abs() < 0.01, "{secs}");
+        let (samples, rec) = super::super::wav::read_wav_16k(&path).unwrap();
+        assert_eq!(rec.sample_rate, 16_000);
+        assert!((samples[8_000] - 0.4).abs() < 0.01, "{}", samples[8_000]);
+    }
+
+    #[test]
+    fn the_callback_drains_the_queue_then_counts_silence() {
+        let shared = Shared::default();
+        lock(&shared.queue).extend([0.5f32; 3]);
+        let mut buf = [1.0f32; 8];
+        let ptr = buf.as_mut_ptr() as *mut ();
+        // SAFETY: `buf` outlives `data`, and the length and format describe it.
+        let mut data = unsafe { cpal::Data::from_parts(ptr, 8, cpal::SampleFormat::F32) };
+        fill(&mut data, 2, &shared);
+        assert_eq!(buf, [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.0, 0.0]);
+        assert_eq!(shared.silence.load(Ordering::SeqCst), 1);
+        assert!(shared.first_audio.lock().unwrap().is_some());
+    }
+}

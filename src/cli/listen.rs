@@ -1,0 +1,178 @@
+//! `listen FILE.wav [--out reply.wav]`: the whole voice pipeline on a recording, each
+//! stage printed with its timing. Audio positions are times in the recording;
+//! durations after the end of speech are wall clock, as the user would wait for them.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use super::{caller_link, load_skills, print_out, runtime};
+use crate::agent::{Agent, TurnEvent};
+use crate::audio::playback::{Output, Player, WavSink};
+use crate::audio::wav::{frames, read_wav_16k};
+use crate::audio::{SAMPLE_RATE, ms_to_samples};
+use crate::config::Config;
+use crate::daemon::listener::{Heard, Listener};
+use crate::daemon::voice::{Pipeline, Step};
+use crate::hub::HubClient;
+use crate::sandbox::Sandbox;
+use crate::stt::Transcriber;
+use crate::tts::{Speaker, Synth};
+use crate::wake::Detector;
+
+fn secs(at: u64) -> f64 {
+    at as f64 / f64::from(SAMPLE_RATE)
+}
+
+fn say(line: String) {
+    // A closed stdout (`| head`) is not worth failing the run for.
+    let _ = print_out(&format!("{line}\n"));
+}
+
+/// Runs the pipeline over `file`; exit 0 when at least one command was answered and
+/// none failed, 2 otherwise.
+pub fn listen(config: &Config, file: &Path, out: Option<&Path>, no_wake: bool) -> Result<ExitCode> {
+    let (mut samples, _) = read_wav_16k(file)?;
+    // The end of speech needs silence after it; a recording may stop right at the word.
+    samples.extend(std::iter::repeat_n(
+        0.0,
+        ms_to_samples(config.vad.hangover_ms + 1_000),
+    ));
+    let loaded = Instant::now();
+    let transcriber = Transcriber::load(&config.stt.settings())?;
+    let word = config.wake.word()?;
+    let detector = Detector::with_word(&config.wake.settings(), &word)?;
+    let synth = Synth::new(&config.tts.settings())?;
+    let volume = config.audio.volume as f32 / 100.0;
+    let sink = out.map(|path| Arc::new(WavSink::new(path, volume)));
+    let output: Arc<dyn Output> = match &sink {
+        Some(sink) => sink.clone(),
+        None => Arc::new(Player::start(&config.audio.output, volume)?),
+    };
+    let speaker = Arc::new(Speaker::start(synth, output, config.audio.cues)?);
+    let rt = runtime()?;
+    let hub = HubClient::new(&config.hub)?;
+    let sandbox = Sandbox::new(config.sandbox.limits()).context("cannot start the sandbox")?;
+    let registry = Arc::new(load_skills(config, &config.skills.dir));
+    let mut agent = Agent::new(config, hub, Arc::new(sandbox), registry);
+    let link = caller_link(&rt, config)?;
+    if let Some(link) = &link {
+        agent = agent.with_link(link.clone());
+    }
+    let pipeline = Pipeline::new(
+        Arc::new(transcriber),
+        agent,
+        speaker,
+        &config.wake.stop_phrases,
+    );
+    say(format!(
+        "ready in {:.2} s; {:.2} s of audio from {}",
+        loaded.elapsed().as_secs_f64(),
+        secs(samples.len() as u64),
+        file.display()
+    ));
+    let mut listener = Listener::new(detector, config.vad.settings(), config.audio.pre_roll_ms);
+    if no_wake {
+        listener.listen(config.vad.no_speech_timeout_ms);
+    }
+    let (mut answered, mut failed) = (0, 0);
+    for frame in frames(&samples, 0) {
+        let Some(heard) = listener.push(&frame) else {
+            continue;
+        };
+        match heard {
+            Heard::Woke(d) => say(format!(
+                "{:7.2} s  wake word {:?} (score {:.2}, spoken {:.2}-{:.2} s)",
+                d.fired_secs(),
+                d.name,
+                d.score,
+                d.start_secs(),
+                d.end_secs()
+            )),
+            Heard::NoSpeech { at } => say(format!("{:7.2} s  no command followed", secs(at))),
+            Heard::Command(command) => {
+                say(format!(
+                    "{:7.2} s  speech ended (spoken {:.2}-{:.2} s{})",
+                    secs(command.decided_at),
+                    secs(command.start),
+                    secs(command.end),
+                    if command.cut {
+                        ", cut at the length limit"
+                    } else {
+                        ""
+                    }
+                ));
+                let heard_at = Instant::now();
+                let report = move |step: Step<'_>| print_step(step, heard_at);
+                let outcome = rt.block_on(pipeline.respond(&command, heard_at, &report));
+                if outcome.ok {
+                    answered += 1;
+                } else {
+                    failed += 1;
+                }
+            }
+        }
+    }
+    if answered + failed == 0 {
+        say(format!(
+            "no command heard ({})",
+            if no_wake { "no speech" } else { "no wake word" }
+        ));
+    }
+    if let Some(link) = link {
+        rt.block_on(link.shutdown());
+    }
+    if let (Some(sink), Some(path)) = (sink, out) {
+        let secs = sink.finish()?;
+        say(format!("reply audio: {} ({secs:.2} s)", path.display()));
+    }
+    Ok(if answered > 0 && failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
+}
+
+fn print_step(step: Step<'_>, heard_at: Instant) {
+    let t = format!("  +{:.2} s", heard_at.elapsed().as_secs_f64());
+    match step {
+        Step::Transcribed { text, took } => say(format!(
+            "{t}  transcript ({:.2} s in whisper): {text:?}",
+            took.as_secs_f64()
+        )),
+        Step::SttFailed(error) => say(format!("{t}  speech to text failed: {error}")),
+        Step::Stopped => say(format!(
+            "{t}  stop phrase: speech stopped, the model not asked"
+        )),
+        Step::Turn(event) => match event {
+            TurnEvent::Sentence(s) => say(format!("{t}  reply: {s}")),
+            TurnEvent::Code(code) => {
+                for line in code.lines() {
+                    say(format!("{t}  | {line}"));
+                }
+            }
+            TurnEvent::CodeResult { output, result } => {
+                for line in output.lines() {
+                    say(format!("{t}  > {line}"));
+                }
+                match result {
+                    Ok(v) if v.is_empty() => {}
+                    Ok(v) => say(format!("{t}  = {v}")),
+                    Err(e) => say(format!("{t}  ! {e}")),
+                }
+            }
+            TurnEvent::Notice(n) => say(format!("{t}  note: {n}")),
+            TurnEvent::Error(e) => say(format!("{t}  error: {e}")),
+            TurnEvent::Confirm { call, .. } => {
+                say(format!("{t}  refused (needs confirmation): {call}"))
+            }
+        },
+        Step::FirstAudio { after } => say(format!(
+            "{t}  first audio out, {:.2} s after the end of speech",
+            after.as_secs_f64()
+        )),
+    }
+}

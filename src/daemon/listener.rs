@@ -1,0 +1,267 @@
+//! From microphone frames to commands: wait for the wake word, then collect the
+//! command until the speaker stops.
+//!
+//! A plain state machine over [`Frame`]s with no threads or clocks of its own, so
+//! `run` (the microphone) and `listen` (a file) drive the same code, and tests can
+//! drive it frame by frame. Positions are the capture's 16 kHz sample counts, so every
+//! event says where in the audio it happened.
+//!
+//! Why the pre-roll: the detector fires a little after the wake word ends, and people
+//! run the command on without a pause ("hey strawberry turn on the light"). The
+//! command therefore starts where the wake word ended, and the audio between that
+//! point and the moment of detection comes from the pre-roll.
+
+use crate::audio::{FRAME_SAMPLES, Frame, PreRoll, ms_to_samples};
+use crate::vad::{Endpoint, Endpointer, VadSettings};
+use crate::wake::{Detection, Detector};
+
+/// Kept around the speech when it is cut out for Whisper, which does better with a
+/// little silence on each side.
+const MARGIN_MS: u64 = 100;
+
+/// Audio from before a follow-up window that it starts with.
+const FOLLOW_UP_LEAD_MS: u64 = 300;
+
+/// What the listener heard.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Heard {
+    /// The wake word: a command follows.
+    Woke(Detection),
+    /// A whole command.
+    Command(Command),
+    /// Nobody spoke after the wake word (or in a follow-up window).
+    NoSpeech {
+        /// Where the wait ended.
+        at: u64,
+    },
+}
+
+/// A command's audio and where it was in the stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Command {
+    /// 16 kHz mono samples of the command, with a little margin.
+    pub samples: Vec<f32>,
+    /// First sample of speech.
+    pub start: u64,
+    /// Just past the last sample of speech.
+    pub end: u64,
+    /// Where the end was decided (`end` plus the hangover).
+    pub decided_at: u64,
+    /// Cut at the maximum utterance length rather than ended by silence.
+    pub cut: bool,
+}
+
+enum State {
+    Waiting,
+    Command {
+        endpointer: Box<Endpointer>,
+        /// Stream position of `audio[0]` (the endpointer counts from there).
+        offset: u64,
+        audio: Vec<f32>,
+    },
+}
+
+/// Wake word, then command, then back to waiting.
+pub struct Listener {
+    detector: Detector,
+    vad: VadSettings,
+    preroll: PreRoll,
+    state: State,
+    /// Stream position just past the last frame seen.
+    position: u64,
+}
+
+impl Listener {
+    /// A listener that keeps `pre_roll_ms` of audio before each trigger.
+    pub fn new(detector: Detector, vad: VadSettings, pre_roll_ms: u64) -> Listener {
+        Listener {
+            detector,
+            vad,
+            preroll: PreRoll::new(ms_to_samples(pre_roll_ms).max(FRAME_SAMPLES)),
+            state: State::Waiting,
+            position: 0,
+        }
+    }
+
+    /// Whether it is waiting for the wake word (not collecting a command).
+    pub fn waiting(&self) -> bool {
+        matches!(self.state, State::Waiting)
+    }
+
+    /// Stream position just past the last frame given.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Listens for a command now, without the wake word, giving up after `no_speech_ms`
+    /// of silence (a follow-up answer).
+    pub fn listen(&mut self, no_speech_ms: u64) {
+        let vad = VadSettings {
+            no_speech_timeout_ms: no_speech_ms.max(100),
+            ..self.vad.clone()
+        };
+        // The endpointer learns the room's noise floor from what it hears first: give
+        // it the moments just before, or an answer that starts at once is taken for
+        // the floor. (Speech that began in them belongs to the answer anyway.)
+        let (held_from, held) = self.preroll.contents();
+        let keep = ms_to_samples(FOLLOW_UP_LEAD_MS).min(held.len());
+        let audio = held[held.len() - keep..].to_vec();
+        let mut endpointer = Endpointer::new(&vad);
+        let decided = endpointer.push(&audio);
+        debug_assert!(decided.is_none());
+        self.state = State::Command {
+            endpointer: Box::new(endpointer),
+            offset: held_from + (held.len() - keep) as u64,
+            audio,
+        };
+    }
+
+    /// Stops collecting a command and waits for the wake word again.
+    pub fn cancel(&mut self) {
+        self.state = State::Waiting;
+        self.detector.reset();
+    }
+
+    /// Takes one frame; returns what it completed, if anything.
+    pub fn push(&mut self, frame: &Frame) -> Option<Heard> {
+        self.position = frame.end();
+        self.preroll.push(frame);
+        match &mut self.state {
+            State::Waiting => {
+                let detection = self.detector.process(&frame.samples).into_iter().next()?;
+                self.start_command(&detection);
+                Some(Heard::Woke(detection))
+            }
+            State::Command {
+                endpointer,
+                offset,
+                audio,
+            } => {
+                audio.extend_from_slice(&frame.samples);
+                let endpoint = endpointer.push(&frame.samples)?;
+                let (offset, audio) = (*offset, std::mem::take(audio));
+                self.cancel();
+                Some(finish(endpoint, offset, audio))
+            }
+        }
+    }
+
+    /// The command starts where the wake word ended; what came since is in the pre-roll.
+    fn start_command(&mut self, detection: &Detection) {
+        let mut endpointer = Endpointer::new(&self.vad);
+        let (held_from, held) = self.preroll.contents();
+        let from = detection.end.max(held_from);
+        let skip = usize::try_from(from - held_from)
+            .unwrap_or(usize::MAX)
+            .min(held.len());
+        let audio = held[skip..].to_vec();
+        let decided = endpointer.push(&audio);
+        self.state = State::Command {
+            endpointer: Box::new(endpointer),
+            offset: from,
+            audio,
+        };
+        // A command cannot end inside the few hundred milliseconds of pre-roll after
+        // the wake word (the no-speech timeout is far longer), so `decided` is None.
+        debug_assert!(decided.is_none());
+        self.detector.reset();
+    }
+}
+
+/// Turns an endpoint into what was heard, with the speech cut out of `audio`.
+fn finish(endpoint: Endpoint, offset: u64, audio: Vec<f32>) -> Heard {
+    let margin = ms_to_samples(MARGIN_MS);
+    let cut = |start: u64, end: u64, decided_at: u64, cut: bool| {
+        let from = usize::try_from(start)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(margin);
+        let to = usize::try_from(end)
+            .unwrap_or(usize::MAX)
+            .saturating_add(margin)
+            .min(audio.len());
+        Heard::Command(Command {
+            samples: audio[from.min(to)..to].to_vec(),
+            start: offset + start,
+            end: offset + end,
+            decided_at: offset + decided_at,
+            cut,
+        })
+    };
+    match endpoint {
+        Endpoint::Speech {
+            start,
+            end,
+            detected_at,
+        } => cut(start, end, detected_at, false),
+        Endpoint::MaxLength {
+            start: Some(start),
+            at,
+        } => cut(start, at, at, true),
+        Endpoint::MaxLength { start: None, at } | Endpoint::NoSpeech { at } => {
+            Heard::NoSpeech { at: offset + at }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audio::wav::frames;
+
+    fn noise(n: usize, amp: f32, seed: &mut u32) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                amp * ((*seed >> 8) as f32 / (1 << 24) as f32 - 0.5)
+            })
+            .collect()
+    }
+
+    fn listener() -> Listener {
+        let word = crate::wake::WakeWord::bundled().unwrap();
+        let detector = Detector::with_word(&crate::wake::Settings::default(), &word).unwrap();
+        Listener::new(detector, VadSettings::default(), 1_000)
+    }
+
+    #[test]
+    fn a_follow_up_collects_a_command_without_the_wake_word() {
+        let mut l = listener();
+        let mut seed = 1;
+        let mut audio = noise(16_000, 0.002, &mut seed);
+        let voiced: Vec<f32> = (0..16_000)
+            .map(|i| 0.3 * (i as f32 * 0.07).sin() * (i as f32 * 0.0011).sin().abs())
+            .collect();
+        audio.extend(voiced);
+        audio.extend(noise(16_000, 0.002, &mut seed));
+        // A second of room noise first, so the noise floor is known.
+        let mut heard = Vec::new();
+        for (i, frame) in frames(&audio, 0).enumerate() {
+            if i == 40 {
+                l.listen(3_000);
+                assert!(!l.waiting());
+            }
+            heard.extend(l.push(&frame));
+        }
+        assert_eq!(heard.len(), 1, "{heard:?}");
+        let Heard::Command(c) = &heard[0] else {
+            panic!("{heard:?}")
+        };
+        assert!(!c.cut);
+        assert!((15_000..17_500).contains(&c.start), "start {}", c.start);
+        assert!((31_000..33_000).contains(&c.end), "end {}", c.end);
+        assert!(c.decided_at >= c.end);
+        assert!(c.samples.len() as u64 >= c.end - c.start);
+        assert!(l.waiting());
+    }
+
+    #[test]
+    fn silence_after_a_follow_up_is_no_speech() {
+        let mut l = listener();
+        let mut seed = 7;
+        let audio = noise(16_000 * 3, 0.002, &mut seed);
+        l.listen(1_000);
+        let heard: Vec<Heard> = frames(&audio, 0).filter_map(|f| l.push(&f)).collect();
+        assert_eq!(heard.len(), 1, "{heard:?}");
+        assert!(matches!(heard[0], Heard::NoSpeech { at } if (15_000..18_000).contains(&at)));
+    }
+}
