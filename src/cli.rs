@@ -132,8 +132,12 @@ pub enum WakewordCommand {
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         out: PathBuf,
         /// The recordings.
-        #[arg(required = true, value_name = "WAV")]
+        #[arg(required_unless_present = "record", value_name = "WAV")]
         samples: Vec<PathBuf>,
+        /// Record N takes from the microphone (`audio.input`), prompting for each; they
+        /// are kept in `OUTPUT.takes/` and used with any WAV files given.
+        #[arg(long, value_name = "N")]
+        record: Option<usize>,
     },
     /// Run a wake word over recordings and print each detection with its time and
     /// score, or the closest miss (for tuning `wake.threshold`). Uses the `[wake]`
@@ -238,9 +242,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 Ok(ExitCode::from(2))
             }
         },
-        Command::Wakeword(WakewordCommand::Train { name, out, samples }) => {
-            wakeword::train(&name, &out, &samples)
-        }
+        Command::Wakeword(WakewordCommand::Train {
+            name,
+            out,
+            samples,
+            record,
+        }) => wakeword::train(&config, &name, &out, &samples, record),
         Command::Wakeword(WakewordCommand::Test {
             word,
             recordings,

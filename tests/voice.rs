@@ -494,8 +494,9 @@ async fn a_whole_run_session_answers_follows_up_is_interrupted_and_stops_on_sigt
     mouth.say(&phrase);
     until(30, "barge-in", log, || hub.requests().len() >= 3).await;
     assert!(log().contains("interrupted"), "{}", log());
-    until(20, "the third reply", log, || {
-        log().contains("Still sunny.")
+    // Spoken, not only written: replies 1 and 3 reached the speaker (2 was cut off).
+    until(20, "the third reply, spoken", log, || {
+        log().contains("Still sunny.") && log().matches("first audio of the reply").count() >= 2
     })
     .await;
 
@@ -611,4 +612,183 @@ async fn a_missing_microphone_is_reported_the_daemon_stays_up_and_reloads_on_sig
         log.contains("no_such_mic") && log.contains("spoke_test_mic"),
         "the log should name the missing input and the ones that exist:\n{log}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wakeword_record_prompts_for_takes_from_the_microphone_and_trains_on_them() {
+    let spoke = Spoke::new("http://127.0.0.1:9/v1", DEVICES);
+    let (fifo, _) = declare_devices(&spoke, "spoke_test_mic");
+    let mut takes = Vec::new();
+    for (i, voice) in ["en-us+m7", "en-gb+f3", "en-us+m7"].iter().enumerate() {
+        let wav = spoke.path(&format!("said-{i}.wav"));
+        let status = Command::new("espeak-ng")
+            .args(["-v", voice, "-s", "145", "-w"])
+            .arg(&wav)
+            .arg("hey strawberry")
+            .status()
+            .expect("espeak-ng");
+        assert!(status.success());
+        let (samples, _) = strawberry_spoke::audio::wav::read_wav_16k(&wav).unwrap();
+        takes.push(samples);
+    }
+    let mouth = Mouth::open(&fifo);
+    let out = spoke.path("mine.rpw");
+    let mut cmd = spoke.command(&[
+        "wakeword",
+        "train",
+        "--name",
+        "hey strawberry",
+        "--record",
+        "3",
+        "-o",
+    ]);
+    cmd.arg(&out);
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The recorder listens to the room for a moment, then prompts; say each take after
+    // a pause, as a person would.
+    for take in &takes {
+        mouth.say(&vec![0.0; 16_000]);
+        mouth.say(take);
+    }
+    mouth.say(&vec![0.0; 16_000]);
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    drop(mouth);
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(
+        stderr.matches("say \"hey strawberry\" now").count(),
+        3,
+        "{stderr}"
+    );
+    for i in 1..=3 {
+        assert!(
+            spoke
+                .path(&format!("mine.rpw.takes/take-0{i}.wav"))
+                .is_file(),
+            "{stderr}"
+        );
+    }
+    assert!(stdout.contains("from 3 recordings"), "{stdout}");
+    // The word it made hears the phrase in a recording it was not made from.
+    let mut test = spoke.command(&["wakeword", "test"]);
+    test.arg(&out).arg(wake_phrase("en-us_m7"));
+    let tested = tokio::task::spawn_blocking(move || test.output().unwrap())
+        .await
+        .unwrap();
+    let (stdout, stderr) = text(&tested);
+    assert!(
+        tested.status.success() && stdout.contains("1 detection"),
+        "{stdout}\n{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_voices_through_the_microphone_wake_are_cut_and_transcribed() {
+    let hub = ScriptedServer::cycling(vec![Reply::Chunks(text_reply(&["Okay."]))]).await;
+    let spoke = Spoke::new(&hub.url, &format!("{DEVICES}cues = false\n"));
+    let (fifo, _) = declare_devices(&spoke, "spoke_test_mic");
+    let notify = NotifySocket::bind(&spoke);
+    let mouth = Mouth::open(&fifo);
+    let _daemon = start_daemon(&spoke, &notify);
+    let log = || std::fs::read_to_string(spoke.path("daemon.log")).unwrap_or_default();
+    until(60, "READY=1", log, || {
+        notify.seen().iter().any(|m| m.contains("READY=1"))
+    })
+    .await;
+    let voices = [
+        "en-gb-scotland",
+        "en-us-nyc_f3",
+        "en-gb-x-gbclan_m4",
+        "en-us_m7",
+        "en-gb_f3",
+        "en-gb-x-rp_m1",
+        "en-us_Annie",
+        "en-us_Andy",
+    ];
+    for voice in voices {
+        let (phrase, _) = strawberry_spoke::audio::wav::read_wav_16k(&wake_phrase(voice)).unwrap();
+        mouth.say(&phrase);
+        mouth.say(&vec![0.0; 40_000]);
+    }
+    let commands = || log().matches("command heard").count();
+    until(120, "eight commands", log, || {
+        commands() >= voices.len() && log().matches("transcript").count() >= voices.len()
+    })
+    .await;
+    let log = log();
+    assert_eq!(
+        log.matches("wake word word=").count(),
+        voices.len(),
+        "{log}"
+    );
+    assert_eq!(commands(), voices.len(), "{log}");
+    let transcripts: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("transcript"))
+        .filter_map(|l| l.split("text=").nth(1))
+        .collect();
+    let pairs = transcripts
+        .iter()
+        .map(|t| ("what is the weather like tomorrow", *t));
+    let wer = stt_support::word_error_rate(pairs);
+    let heard: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("command heard") || l.contains("wake word"))
+        .collect();
+    assert!(
+        wer <= 0.10,
+        "word error rate {wer:.3} over {transcripts:?}\n{}",
+        heard.join("\n")
+    );
+    assert!(
+        !log.contains("falling behind"),
+        "frames were dropped:\n{log}"
+    );
+}
+
+#[test]
+fn every_command_starts_where_its_wake_word_ended_not_just_the_first() {
+    use strawberry_spoke::daemon::listener::{Heard, Listener};
+    use strawberry_spoke::wake::{Detector, Settings, WakeWord};
+    let detector =
+        Detector::with_word(&Settings::default(), &WakeWord::bundled().unwrap()).unwrap();
+    let mut listener = Listener::new(
+        detector,
+        strawberry_spoke::vad::VadSettings::default(),
+        1_000,
+    );
+    let mut stream = Vec::new();
+    let mut ends = Vec::new();
+    for voice in ["en-us_m7", "en-gb_f3", "en-us_Andy"] {
+        let (phrase, _) = strawberry_spoke::audio::wav::read_wav_16k(&wake_phrase(voice)).unwrap();
+        let end: f64 =
+            std::fs::read_to_string(cache_dir().join(format!("wake/phrase/{voice}.end")))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+        ends.push(stream.len() as f64 / 16_000.0 + end);
+        stream.extend(phrase);
+        stream.extend(vec![0.0; 32_000]);
+    }
+    let starts: Vec<f64> = strawberry_spoke::audio::wav::frames(&stream, 0)
+        .filter_map(|f| listener.push(&f))
+        .filter_map(|h| match h {
+            Heard::Command(c) => Some(c.start as f64 / 16_000.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(starts.len(), ends.len(), "{starts:?}");
+    for (start, end) in starts.iter().zip(&ends) {
+        assert!(
+            *start >= end - 0.05 && *start < end + 0.8,
+            "command at {start:.2} s, wake word ended at {end:.2} s"
+        );
+    }
 }

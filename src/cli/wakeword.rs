@@ -17,7 +17,16 @@ const CHUNK: usize = SAMPLE_RATE as usize / 10;
 /// before it decides, so a phrase at the very end needs this to be reported.
 const TAIL_SECONDS: usize = 1;
 
-pub(super) fn train(name: &str, out: &Path, samples: &[PathBuf]) -> Result<ExitCode> {
+/// Takes of the phrase kept after it was cut out of the microphone audio, on each side.
+const TAKE_MARGIN_MS: u64 = 150;
+
+pub(super) fn train(
+    config: &Config,
+    name: &str,
+    out: &Path,
+    samples: &[PathBuf],
+    record: Option<usize>,
+) -> Result<ExitCode> {
     let name = name.trim();
     if name.is_empty() {
         eprintln!(
@@ -25,7 +34,18 @@ pub(super) fn train(name: &str, out: &Path, samples: &[PathBuf]) -> Result<ExitC
         );
         return Ok(ExitCode::from(2));
     }
-    let (word, report) = match wake_train::train(name, samples) {
+    let mut samples = samples.to_vec();
+    if let Some(takes) = record {
+        let dir = takes_dir(out);
+        match record_takes(config, name, takes, &dir) {
+            Ok(recorded) => samples.extend(recorded),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Ok(ExitCode::from(2));
+            }
+        }
+    }
+    let (word, report) = match wake_train::train(name, &samples) {
         Ok(done) => done,
         Err(e) => {
             eprintln!("error: {e}");
@@ -57,6 +77,106 @@ pub(super) fn train(name: &str, out: &Path, samples: &[PathBuf]) -> Result<ExitC
     ));
     print_out(&text)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where recorded takes are kept (beside the wake word file, so they can be reused
+/// to train again): `OUT.takes/`.
+fn takes_dir(out: &Path) -> PathBuf {
+    let mut dir = out.as_os_str().to_owned();
+    dir.push(".takes");
+    PathBuf::from(dir)
+}
+
+/// Records `takes` utterances of `name` from the configured microphone, prompting on
+/// stderr, each cut out by the end-of-speech detector and written as a 16 kHz WAV in
+/// `dir`. A take with no speech is asked again (up to three times).
+fn record_takes(config: &Config, name: &str, takes: usize, dir: &Path) -> Result<Vec<PathBuf>> {
+    use crate::audio::{Capture, CaptureStatus, ms_to_samples, wav::write_wav};
+    use crate::vad::{Endpoint, Endpointer, VadSettings};
+    use anyhow::{Context, bail};
+    use std::time::{Duration, Instant};
+
+    if !(1..=50).contains(&takes) {
+        bail!("--record takes 1 to 50 recordings, not {takes}");
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let capture = Capture::start(config.audio.capture_settings())?;
+    let opened = Instant::now();
+    loop {
+        match capture.status() {
+            CaptureStatus::Running { device, format, .. } => {
+                eprintln!("recording from {device} ({format})");
+                break;
+            }
+            CaptureStatus::Retrying { error, .. } if opened.elapsed() > Duration::from_secs(3) => {
+                bail!("{error}")
+            }
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    let vad = VadSettings {
+        max_utterance_ms: 4_000,
+        no_speech_timeout_ms: 8_000,
+        ..config.vad.settings()
+    };
+    let frames = capture.frames();
+    let next = || {
+        frames
+            .recv_timeout(Duration::from_secs(5))
+            .context("the microphone stopped delivering audio")
+    };
+    let mut recorded = Vec::new();
+    let mut misses = 0;
+    while recorded.len() < takes {
+        // A moment of the room first, so the detector knows its noise floor.
+        let mut endpointer = Endpointer::new(&vad);
+        let mut audio = Vec::new();
+        while audio.len() < ms_to_samples(300) {
+            let frame = next()?;
+            endpointer.push(&frame.samples);
+            audio.extend(frame.samples);
+        }
+        eprintln!("({}/{takes}) say \"{name}\" now", recorded.len() + 1);
+        let endpoint = loop {
+            let frame = next()?;
+            audio.extend_from_slice(&frame.samples);
+            if let Some(end) = endpointer.push(&frame.samples) {
+                break end;
+            }
+        };
+        let (start, end) = match endpoint {
+            Endpoint::Speech { start, end, .. } => (start, end),
+            Endpoint::MaxLength {
+                start: Some(start),
+                at,
+            } => (start, at),
+            _ => {
+                misses += 1;
+                if misses >= 3 {
+                    bail!(
+                        "heard nothing three times: check the microphone (`strawberry-spoke audio devices`) and audio.input"
+                    );
+                }
+                eprintln!("heard nothing; once more");
+                continue;
+            }
+        };
+        let margin = ms_to_samples(TAKE_MARGIN_MS);
+        let from = usize::try_from(start).unwrap_or(0).saturating_sub(margin);
+        let to = usize::try_from(end)
+            .unwrap_or(usize::MAX)
+            .saturating_add(margin)
+            .min(audio.len());
+        let path = dir.join(format!("take-{:02}.wav", recorded.len() + 1));
+        write_wav(&path, &audio[from.min(to)..to], crate::audio::SAMPLE_RATE)?;
+        eprintln!(
+            "  kept {:.2} s in {}",
+            (to - from.min(to)) as f64 / 16_000.0,
+            path.display()
+        );
+        recorded.push(path);
+    }
+    Ok(recorded)
 }
 
 pub(super) fn test(

@@ -128,7 +128,14 @@ impl Listener {
         self.preroll.push(frame);
         match &mut self.state {
             State::Waiting => {
-                let detection = self.detector.process(&frame.samples).into_iter().next()?;
+                // The detector counts only what it was given; it skipped the commands
+                // (and any audio lost to a reopened device), so its positions lag the
+                // stream's by what it did not see.
+                let lag = frame.start.saturating_sub(self.detector.position());
+                let mut detection = self.detector.process(&frame.samples).into_iter().next()?;
+                detection.start += lag;
+                detection.end += lag;
+                detection.fired_at += lag;
                 self.start_command(&detection);
                 Some(Heard::Woke(detection))
             }

@@ -242,6 +242,9 @@ impl Running {
 fn watchdog(notifier: Arc<Notifier>, voice: &Voice) -> Option<tokio::task::JoinHandle<()>> {
     let interval = notifier.watchdog()?;
     let (audio, turn) = (voice.audio_beat.clone(), voice.turn_beat.clone());
+    // The loops beat every 0.1-0.5 s; a short watchdog interval must not make their
+    // normal rhythm look like a hang.
+    let limit = (interval / 2).max(Duration::from_secs(2));
     Some(tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval / 3);
         let mut warned = false;
@@ -249,7 +252,7 @@ fn watchdog(notifier: Arc<Notifier>, voice: &Voice) -> Option<tokio::task::JoinH
             tick.tick().await;
             let stuck = [("audio", audio.age()), ("conversation", turn.age())]
                 .into_iter()
-                .find(|(_, age)| *age >= interval / 2);
+                .find(|(_, age)| *age >= limit);
             match stuck {
                 None => {
                     notifier.keep_alive();

@@ -1,0 +1,263 @@
+//! The daemon as a user meets it: memory of `strawberry-spoke run` with tiny.en q8_0
+//! loaded, and the latency from the last sample of a spoken command to the first
+//! sample of the spoken reply, against a scripted hub that answers at once.
+//!
+//! `cargo bench --bench voice` (after `tests/setup.sh`). The daemon runs as its own
+//! process with an ALSA `file` microphone fed from a FIFO at real-time pace (16 kHz
+//! mono s16, room hiss between commands) and an ALSA `file` speaker; cues are off so
+//! the first audio after a command is the reply. Latency is measured outside the
+//! daemon: from the moment the feeder wrote the command's last sample to the moment
+//! the speaker file first grew. Each of the 8 espeak-ng voices of the wake word set
+//! says "hey strawberry, what is the weather like tomorrow" once. Memory is read from
+//! `/proc/PID/status`: VmRSS after 10 s idle, VmHWM (the peak) after all commands.
+//! Under `cargo test` this target only checks that its inputs exist.
+
+#[path = "../tests/support/llm.rs"]
+mod llm;
+#[path = "../tests/support/stt.rs"]
+mod stt_support;
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use llm::{Reply, ScriptedServer, text_reply};
+use stt_support::{cache_dir, ggml_model};
+
+const VOICES: [&str; 8] = [
+    "en-gb-scotland",
+    "en-us-nyc_f3",
+    "en-gb-x-gbclan_m4",
+    "en-us_m7",
+    "en-gb_f3",
+    "en-gb-x-rp_m1",
+    "en-us_Annie",
+    "en-us_Andy",
+];
+
+fn phrase(voice: &str) -> PathBuf {
+    cache_dir().join("wake/phrase").join(format!("{voice}.wav"))
+}
+
+/// Feeds the FIFO in real time; records when the last sample of each utterance went in.
+struct Mouth {
+    queue: Arc<Mutex<VecDeque<(f32, bool)>>>,
+    ended: Arc<Mutex<Option<Instant>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Mouth {
+    fn open(fifo: &Path) -> Mouth {
+        let keep = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(fifo)
+            .expect("fifo");
+        let mut writer = std::fs::OpenOptions::new()
+            .write(true)
+            .open(fifo)
+            .expect("fifo");
+        let queue = Arc::new(Mutex::new(VecDeque::<(f32, bool)>::new()));
+        let ended = Arc::new(Mutex::new(None));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (q, e, st) = (queue.clone(), ended.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let _keep = keep;
+            let started = Instant::now();
+            let mut n = 0u64;
+            while !st.load(Ordering::SeqCst) {
+                let mut last = false;
+                let chunk: Vec<u8> = {
+                    let mut q = q.lock().expect("queue");
+                    (0..320u64)
+                        .flat_map(|k| {
+                            let (s, is_last) = q.pop_front().unwrap_or((0.0, false));
+                            last |= is_last;
+                            let hiss = (((n * 320 + k) as f32 * 12.9898).sin() * 43758.547).fract()
+                                * 0.002;
+                            (((s + hiss).clamp(-1.0, 1.0) * 32767.0) as i16).to_le_bytes()
+                        })
+                        .collect()
+                };
+                if writer.write_all(&chunk).is_err() {
+                    return;
+                }
+                if last {
+                    *e.lock().expect("ended") = Some(Instant::now());
+                }
+                n += 1;
+                if let Some(wait) = Duration::from_millis(20 * n).checked_sub(started.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        });
+        Mouth { queue, ended, stop }
+    }
+
+    fn say(&self, samples: &[f32]) {
+        *self.ended.lock().expect("ended") = None;
+        let n = samples.len();
+        self.queue
+            .lock()
+            .expect("queue")
+            .extend(samples.iter().enumerate().map(|(i, &s)| (s, i + 1 == n)));
+    }
+
+    fn ended(&self) -> Option<Instant> {
+        *self.ended.lock().expect("ended")
+    }
+}
+
+impl Drop for Mouth {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// `VmRSS` / `VmHWM` of a process, in MiB.
+fn memory(pid: u32, key: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        for voice in VOICES {
+            assert!(
+                phrase(voice).is_file(),
+                "{} (run tests/setup.sh)",
+                phrase(voice).display()
+            );
+        }
+        println!("voice benchmark: run it with `cargo bench --bench voice`");
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let hub = rt.block_on(ScriptedServer::cycling(vec![Reply::Chunks(text_reply(&[
+        "Tomorrow will be sunny. ",
+        "Enjoy your day.",
+    ]))]));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = |name: &str| dir.path().join(name);
+    std::fs::create_dir_all(path("home")).expect("home");
+    std::fs::create_dir_all(path("skills")).expect("skills");
+    let fifo = path("mic.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().expect("utf-8")).expect("path");
+    // SAFETY: a valid NUL-terminated path; mkfifo only reads it.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let speaker = path("speaker.out");
+    std::fs::write(
+        path("home/.asoundrc"),
+        format!(
+            "pcm.bench_mic {{\n type file\n slave.pcm \"null\"\n file \"/dev/null\"\n infile \"{}\"\n format \"raw\"\n}}\npcm.bench_speaker {{\n type file\n slave.pcm \"null\"\n file \"{}\"\n format \"raw\"\n}}\n",
+            fifo.display(),
+            speaker.display()
+        ),
+    )
+    .expect("asoundrc");
+    std::fs::write(
+        path("config.toml"),
+        format!(
+            "[device]\nname = \"Bench\"\ndata_dir = \"{}\"\n[skills]\ndir = \"{}\"\n[stt]\nmodel = \"{}\"\nthreads = 2\n[[hub.endpoints]]\nurl = \"{}\"\nmodel = \"bench\"\n[audio]\ninput = \"bench_mic\"\ninput_rate = 16000\ninput_channels = 1\ninput_format = \"i16\"\noutput = \"bench_speaker\"\ncues = false\n",
+            path("data").display(),
+            path("skills").display(),
+            ggml_model("q8_0").display(),
+            hub.url
+        ),
+    )
+    .expect("config");
+    let notify = UnixDatagram::bind(path("notify")).expect("notify socket");
+    notify
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    let mouth = Mouth::open(&fifo);
+    let log = std::fs::File::create(path("daemon.log")).expect("log");
+    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_strawberry-spoke"))
+        .arg("--config")
+        .arg(path("config.toml"))
+        .arg("run")
+        .env("HOME", path("home"))
+        .env("NOTIFY_SOCKET", path("notify"))
+        .env("RUST_LOG", "info,whisper_rs=warn")
+        .stderr(log)
+        .spawn()
+        .expect("daemon");
+    let pid = daemon.id();
+    let mut buf = [0u8; 512];
+    let ready = Instant::now();
+    loop {
+        let n = notify.recv(&mut buf).expect("READY=1 from the daemon");
+        if String::from_utf8_lossy(&buf[..n]).contains("READY=1") {
+            break;
+        }
+    }
+    println!("ready {:.2} s after start", ready.elapsed().as_secs_f64());
+    std::thread::sleep(Duration::from_secs(10));
+    let idle = memory(pid, "VmRSS:");
+    let size = || std::fs::metadata(&speaker).map(|m| m.len()).unwrap_or(0);
+    println!("| voice | last speech sample -> first reply sample |");
+    println!("| --- | --- |");
+    let mut latencies = Vec::new();
+    for voice in VOICES {
+        let (samples, _) =
+            strawberry_spoke::audio::wav::read_wav_16k(&phrase(voice)).expect("phrase");
+        let before = size();
+        mouth.say(&samples);
+        let started = Instant::now();
+        let (ended, grew) = loop {
+            if let Some(ended) = mouth.ended()
+                && size() > before
+            {
+                break (ended, Instant::now());
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no reply for {voice}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let latency = grew.saturating_duration_since(ended).as_secs_f64();
+        println!("| {voice} | {:.3} s |", latency);
+        latencies.push(latency);
+        // Let the reply finish and the room go quiet before the next command.
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    let rss_after = memory(pid, "VmRSS:");
+    let peak = memory(pid, "VmHWM:");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = daemon.wait();
+    drop(mouth);
+    latencies.sort_by(f64::total_cmp);
+    let median = latencies[latencies.len() / 2];
+    println!();
+    println!(
+        "latency: median {:.3} s, best {:.3} s, worst {:.3} s over {} commands",
+        median,
+        latencies[0],
+        latencies[latencies.len() - 1],
+        latencies.len()
+    );
+    println!(
+        "memory: VmRSS idle {idle:.1} MiB, after the commands {rss_after:.1} MiB, peak (VmHWM) {peak:.1} MiB"
+    );
+    let logged: Vec<String> = std::fs::read_to_string(path("daemon.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split("latency_ms=").nth(1))
+        .filter_map(|v| v.split_whitespace().next().map(String::from))
+        .collect();
+    println!("the daemon's own latency log (ms): {}", logged.join(", "));
+}
