@@ -9,7 +9,8 @@
 //! daemon: from the moment the feeder wrote the command's last sample to the moment
 //! the speaker file first grew. Each of the 8 espeak-ng voices of the wake word set
 //! says "hey strawberry, what is the weather like tomorrow" once. Memory is read from
-//! `/proc/PID/status`: VmRSS after 10 s idle, VmHWM (the peak) after all commands.
+//! `/proc/PID/status`: VmRSS after 10 s idle and again 5 s after the last command,
+//! VmHWM (the peak) at the end.
 //! Under `cargo test` this target only checks that its inputs exist.
 
 #[path = "../tests/support/llm.rs"]
@@ -184,7 +185,7 @@ fn main() {
         .expect("timeout");
     let mouth = Mouth::open(&fifo);
     let log = std::fs::File::create(path("daemon.log")).expect("log");
-    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_strawberry-spoke"))
+    let daemon = std::process::Command::new(env!("CARGO_BIN_EXE_strawberry-spoke"))
         .arg("--config")
         .arg(path("config.toml"))
         .arg("run")
@@ -195,6 +196,15 @@ fn main() {
         .spawn()
         .expect("daemon");
     let pid = daemon.id();
+    // Killed however this ends, so a failed run leaves no daemon behind.
+    struct Guard(std::process::Child);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut daemon = Guard(daemon);
     let mut buf = [0u8; 512];
     let ready = Instant::now();
     loop {
@@ -213,12 +223,14 @@ fn main() {
     for voice in VOICES {
         let (samples, _) =
             strawberry_spoke::audio::wav::read_wav_16k(&phrase(voice)).expect("phrase");
-        let before = size();
+        // The speaker device truncates its file when it is opened for a reply, so the
+        // file is removed and its reappearance with data is the reply's first sample.
+        let _ = std::fs::remove_file(&speaker);
         mouth.say(&samples);
         let started = Instant::now();
         let (ended, grew) = loop {
             if let Some(ended) = mouth.ended()
-                && size() > before
+                && size() > 0
             {
                 break (ended, Instant::now());
             }
@@ -234,11 +246,12 @@ fn main() {
         // Let the reply finish and the room go quiet before the next command.
         std::thread::sleep(Duration::from_secs(3));
     }
+    std::thread::sleep(Duration::from_secs(5));
     let rss_after = memory(pid, "VmRSS:");
     let peak = memory(pid, "VmHWM:");
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let _ = daemon.wait();
+    let _ = daemon.0.wait();
     drop(mouth);
     latencies.sort_by(f64::total_cmp);
     let median = latencies[latencies.len() / 2];
@@ -251,7 +264,7 @@ fn main() {
         latencies.len()
     );
     println!(
-        "memory: VmRSS idle {idle:.1} MiB, after the commands {rss_after:.1} MiB, peak (VmHWM) {peak:.1} MiB"
+        "memory: VmRSS idle {idle:.1} MiB, idle again after the commands {rss_after:.1} MiB, peak (VmHWM) {peak:.1} MiB"
     );
     let logged: Vec<String> = std::fs::read_to_string(path("daemon.log"))
         .unwrap_or_default()

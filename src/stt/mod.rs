@@ -89,11 +89,11 @@ pub struct Transcript {
     pub audio_ctx: usize,
 }
 
-/// A loaded model, ready to transcribe. Transcriptions run one at a time (the
-/// whisper.cpp state is reused between them).
+/// A loaded model, ready to transcribe. Transcriptions run one at a time (two at once
+/// would only split the same cores), each with a fresh whisper.cpp state.
 pub struct Transcriber {
     context: WhisperContext,
-    state: Mutex<whisper_rs::WhisperState>,
+    busy: Mutex<()>,
     settings: Settings,
     model_ctx: usize,
     load_time: Duration,
@@ -123,7 +123,8 @@ impl Transcriber {
         };
         let context = WhisperContext::new_with_params(path, WhisperContextParameters::default())
             .map_err(load_err)?;
-        let state = context.create_state().map_err(load_err)?;
+        // Made once here only to fail early on a model whisper.cpp cannot run.
+        drop(context.create_state().map_err(load_err)?);
         let model_ctx = usize::try_from(context.model_n_audio_ctx()).unwrap_or(1500);
         let load_time = started.elapsed();
         tracing::info!(
@@ -134,7 +135,7 @@ impl Transcriber {
         );
         Ok(Transcriber {
             context,
-            state: Mutex::new(state),
+            busy: Mutex::new(()),
             settings: settings.clone(),
             model_ctx,
             load_time,
@@ -189,10 +190,19 @@ impl Transcriber {
         params.set_print_realtime(false);
         params.set_print_timestamps(false);
 
-        let mut state = self
-            .state
+        let _one_at_a_time = self
+            .busy
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A state per utterance: whisper.cpp grows its compute buffers on first use
+        // and never shrinks them, so a kept state holds ~25 MB while the spoke idles;
+        // making one costs a few milliseconds.
+        let made = Instant::now();
+        let mut state = self
+            .context
+            .create_state()
+            .map_err(|e| SttError::Inference(e.to_string()))?;
+        let state_us = made.elapsed().as_micros() as u64;
         state
             .full(params, input)
             .map_err(|e| SttError::Inference(e.to_string()))?;
@@ -209,6 +219,7 @@ impl Transcriber {
             audio_ms = audio.as_millis() as u64,
             audio_ctx,
             ms = inference.as_millis() as u64,
+            state_us,
             %text,
             "transcribed"
         );
