@@ -15,111 +15,17 @@
 
 #[path = "../tests/support/llm.rs"]
 mod llm;
+#[path = "../tests/support/mouth.rs"]
+mod mouth;
 #[path = "../tests/support/stt.rs"]
 mod stt_support;
 
-use std::collections::VecDeque;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixDatagram;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use llm::{Reply, ScriptedServer, text_reply};
+use mouth::{Mouth, WAKE_VOICES, asoundrc, make_fifo, wake_phrase};
 use stt_support::{cache_dir, ggml_model};
-
-const VOICES: [&str; 8] = [
-    "en-gb-scotland",
-    "en-us-nyc_f3",
-    "en-gb-x-gbclan_m4",
-    "en-us_m7",
-    "en-gb_f3",
-    "en-gb-x-rp_m1",
-    "en-us_Annie",
-    "en-us_Andy",
-];
-
-fn phrase(voice: &str) -> PathBuf {
-    cache_dir().join("wake/phrase").join(format!("{voice}.wav"))
-}
-
-/// Feeds the FIFO in real time; records when the last sample of each utterance went in.
-struct Mouth {
-    queue: Arc<Mutex<VecDeque<(f32, bool)>>>,
-    ended: Arc<Mutex<Option<Instant>>>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Mouth {
-    fn open(fifo: &Path) -> Mouth {
-        let keep = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(fifo)
-            .expect("fifo");
-        let mut writer = std::fs::OpenOptions::new()
-            .write(true)
-            .open(fifo)
-            .expect("fifo");
-        let queue = Arc::new(Mutex::new(VecDeque::<(f32, bool)>::new()));
-        let ended = Arc::new(Mutex::new(None));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (q, e, st) = (queue.clone(), ended.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let _keep = keep;
-            let started = Instant::now();
-            let mut n = 0u64;
-            while !st.load(Ordering::SeqCst) {
-                let mut last = false;
-                let chunk: Vec<u8> = {
-                    let mut q = q.lock().expect("queue");
-                    (0..320u64)
-                        .flat_map(|k| {
-                            let (s, is_last) = q.pop_front().unwrap_or((0.0, false));
-                            last |= is_last;
-                            let hiss = (((n * 320 + k) as f32 * 12.9898).sin() * 43758.547).fract()
-                                * 0.002;
-                            (((s + hiss).clamp(-1.0, 1.0) * 32767.0) as i16).to_le_bytes()
-                        })
-                        .collect()
-                };
-                if writer.write_all(&chunk).is_err() {
-                    return;
-                }
-                if last {
-                    *e.lock().expect("ended") = Some(Instant::now());
-                }
-                n += 1;
-                if let Some(wait) = Duration::from_millis(20 * n).checked_sub(started.elapsed()) {
-                    std::thread::sleep(wait);
-                }
-            }
-        });
-        Mouth { queue, ended, stop }
-    }
-
-    fn say(&self, samples: &[f32]) {
-        *self.ended.lock().expect("ended") = None;
-        let n = samples.len();
-        self.queue
-            .lock()
-            .expect("queue")
-            .extend(samples.iter().enumerate().map(|(i, &s)| (s, i + 1 == n)));
-    }
-
-    fn ended(&self) -> Option<Instant> {
-        *self.ended.lock().expect("ended")
-    }
-}
-
-impl Drop for Mouth {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-    }
-}
 
 /// `VmRSS` / `VmHWM` of a process, in MiB.
 fn memory(pid: u32, key: &str) -> f64 {
@@ -135,11 +41,12 @@ fn memory(pid: u32, key: &str) -> f64 {
 
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
-        for voice in VOICES {
+        for voice in WAKE_VOICES {
+            let phrase = wake_phrase(&cache_dir(), voice);
             assert!(
-                phrase(voice).is_file(),
+                phrase.is_file(),
                 "{} (run tests/setup.sh)",
-                phrase(voice).display()
+                phrase.display()
             );
         }
         println!("voice benchmark: run it with `cargo bench --bench voice`");
@@ -155,17 +62,11 @@ fn main() {
     std::fs::create_dir_all(path("home")).expect("home");
     std::fs::create_dir_all(path("skills")).expect("skills");
     let fifo = path("mic.fifo");
-    let c = std::ffi::CString::new(fifo.to_str().expect("utf-8")).expect("path");
-    // SAFETY: a valid NUL-terminated path; mkfifo only reads it.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    make_fifo(&fifo);
     let speaker = path("speaker.out");
     std::fs::write(
         path("home/.asoundrc"),
-        format!(
-            "pcm.bench_mic {{\n type file\n slave.pcm \"null\"\n file \"/dev/null\"\n infile \"{}\"\n format \"raw\"\n}}\npcm.bench_speaker {{\n type file\n slave.pcm \"null\"\n file \"{}\"\n format \"raw\"\n}}\n",
-            fifo.display(),
-            speaker.display()
-        ),
+        asoundrc("bench_mic", &fifo, "bench_speaker", &speaker),
     )
     .expect("asoundrc");
     std::fs::write(
@@ -220,9 +121,10 @@ fn main() {
     println!("| voice | last speech sample -> first reply sample |");
     println!("| --- | --- |");
     let mut latencies = Vec::new();
-    for voice in VOICES {
+    for voice in WAKE_VOICES {
         let (samples, _) =
-            strawberry_spoke::audio::wav::read_wav_16k(&phrase(voice)).expect("phrase");
+            strawberry_spoke::audio::wav::read_wav_16k(&wake_phrase(&cache_dir(), voice))
+                .expect("phrase");
         // The speaker device truncates its file when it is opened for a reply, so the
         // file is removed and its reappearance with data is the reply's first sample.
         let _ = std::fs::remove_file(&speaker);

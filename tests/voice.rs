@@ -6,17 +6,18 @@
 
 #[path = "support/llm.rs"]
 mod llm;
+#[path = "support/mouth.rs"]
+mod mouth;
 #[path = "support/stt.rs"]
 mod stt_support;
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use llm::{Reply, ScriptedServer, text_reply};
+use mouth::{Mouth, WAKE_VOICES};
 use stt_support::{cache_dir, ggml_model};
 
 /// A spoke's files: config, skills, data, and a HOME holding its ALSA devices.
@@ -75,7 +76,7 @@ model = "test"
 }
 
 fn wake_phrase(voice: &str) -> PathBuf {
-    cache_dir().join("wake/phrase").join(format!("{voice}.wav"))
+    mouth::wake_phrase(&cache_dir(), voice)
 }
 
 fn text(output: &Output) -> (String, String) {
@@ -234,15 +235,9 @@ async fn a_failing_hub_is_spoken_as_an_apology_not_a_crash() {
 /// that writes a WAV file, declared in the spoke's `~/.asoundrc`.
 fn declare_devices(spoke: &Spoke, mic: &str) -> (PathBuf, PathBuf) {
     let fifo = spoke.path("mic.fifo");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid NUL-terminated path; mkfifo only reads it.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    mouth::make_fifo(&fifo);
     let speaker = spoke.path("speaker.out");
-    let rc = format!(
-        "pcm.{mic} {{\n type file\n slave.pcm \"null\"\n file \"/dev/null\"\n infile \"{}\"\n format \"raw\"\n}}\npcm.spoke_test_speaker {{\n type file\n slave.pcm \"null\"\n file \"{}\"\n format \"raw\"\n}}\n",
-        fifo.display(),
-        speaker.display()
-    );
+    let rc = mouth::asoundrc(mic, &fifo, "spoke_test_speaker", &speaker);
     std::fs::write(spoke.path("home/.asoundrc"), rc).unwrap();
     (fifo, speaker)
 }
@@ -254,74 +249,6 @@ input_channels = 1
 input_format = "i16"
 output = "spoke_test_speaker"
 "#;
-
-/// The microphone's far side: writes 16 kHz mono s16 into the FIFO at real-time
-/// pace, room hiss when there is nothing to say.
-struct Mouth {
-    queue: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<f32>>>,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Mouth {
-    fn open(fifo: &Path) -> Mouth {
-        // Held open read-write so the daemon never sees end-of-file between writes.
-        let keep = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(fifo)
-            .unwrap();
-        let mut writer = std::fs::OpenOptions::new().write(true).open(fifo).unwrap();
-        let queue = std::sync::Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (q, st) = (queue.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let _keep = keep;
-            let started = Instant::now();
-            let mut n = 0u64;
-            while !st.load(std::sync::atomic::Ordering::SeqCst) {
-                let chunk: Vec<u8> = {
-                    let mut q = q.lock().unwrap();
-                    (0..320)
-                        .flat_map(|k| {
-                            let s = q.pop_front().unwrap_or(0.0);
-                            let hiss = (((n * 320 + k) as f32 * 12.9898).sin() * 43758.547).fract()
-                                * 0.002;
-                            (((s + hiss).clamp(-1.0, 1.0) * 32767.0) as i16).to_le_bytes()
-                        })
-                        .collect()
-                };
-                if writer.write_all(&chunk).is_err() {
-                    return;
-                }
-                n += 1;
-                if let Some(wait) = Duration::from_millis(20 * n).checked_sub(started.elapsed()) {
-                    std::thread::sleep(wait);
-                }
-            }
-        });
-        Mouth {
-            queue,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    /// Says `samples` (16 kHz mono) next.
-    fn say(&self, samples: &[f32]) {
-        self.queue.lock().unwrap().extend(samples);
-    }
-}
-
-impl Drop for Mouth {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
 
 /// Collects systemd notifications sent to a socket, on a thread of its own so the
 /// daemon's queue never fills while the test looks elsewhere.
@@ -701,16 +628,7 @@ async fn eight_voices_through_the_microphone_wake_are_cut_and_transcribed() {
         notify.seen().iter().any(|m| m.contains("READY=1"))
     })
     .await;
-    let voices = [
-        "en-gb-scotland",
-        "en-us-nyc_f3",
-        "en-gb-x-gbclan_m4",
-        "en-us_m7",
-        "en-gb_f3",
-        "en-gb-x-rp_m1",
-        "en-us_Annie",
-        "en-us_Andy",
-    ];
+    let voices = WAKE_VOICES;
     for voice in voices {
         let (phrase, _) = strawberry_spoke::audio::wav::read_wav_16k(&wake_phrase(voice)).unwrap();
         mouth.say(&phrase);

@@ -40,18 +40,6 @@ pub trait Output: Send + Sync {
     fn mark(&self);
 }
 
-/// Waits until `output` has played everything; false if `timeout` passed first.
-pub fn wait_idle(output: &dyn Output, timeout: Duration) -> bool {
-    let until = Instant::now() + timeout;
-    while output.busy() {
-        if Instant::now() >= until {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    true
-}
-
 /// What the player and its callback share.
 #[derive(Debug, Default)]
 struct Shared {
