@@ -219,7 +219,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Run => {
-            runtime()?.block_on(crate::daemon::run(cli.config.clone(), config))?;
+            let rt = runtime()?;
+            let ran = rt.block_on(crate::daemon::run(cli.config.clone(), config));
+            // A device read or a speech program that has not returned by now is left to
+            // the process's exit rather than holding the shutdown up.
+            rt.shutdown_timeout(std::time::Duration::from_millis(100));
+            ran?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Listen { file, out, no_wake } => {

@@ -405,6 +405,43 @@ mod tests {
     }
 
     #[test]
+    fn a_hung_or_failing_engine_is_stopped_and_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let script = |name: &str, body: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            path
+        };
+        let hung = Synth {
+            settings: TtsSettings {
+                program: script("hangs", "cat >/dev/null; sleep 30"),
+                timeout: Duration::from_millis(300),
+                ..TtsSettings::default()
+            },
+            program: dir.path().join("hangs").display().to_string(),
+            piper_rate: 0,
+        };
+        let started = std::time::Instant::now();
+        let error = hung.synthesize("Hello.").unwrap_err();
+        assert!(matches!(error, TtsError::Timeout { .. }), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let failing = Synth {
+            settings: TtsSettings::default(),
+            program: script("fails", "echo 'voice not found' >&2; exit 3")
+                .display()
+                .to_string(),
+            piper_rate: 0,
+        };
+        let error = failing.synthesize("Hello.").unwrap_err().to_string();
+        assert!(
+            error.contains("voice not found") && error.contains("fails"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn espeak_speaks_a_sentence() {
         let synth = Synth::new(&TtsSettings::default()).expect("espeak-ng is installed");
         let speech = synth.synthesize("The kitchen light is on.").unwrap();
