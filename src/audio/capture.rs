@@ -478,23 +478,30 @@ pub(crate) fn find_input(host: &cpal::Host, name: &str) -> Result<cpal::Device, 
                 available: input_names(host),
             });
     }
-    if let Ok(devices) = host.input_devices() {
-        for device in devices {
-            let id_matches = device.id().is_ok_and(|id| id.id() == name);
-            let name_matches = device.description().is_ok_and(|d| d.name() == name);
-            if id_matches || name_matches {
-                return Ok(device);
-            }
-        }
-    }
-    // Names a host does not list (ALSA's `plughw:1,0`, say) may still open.
-    if let Some(device) = host.device_by_id(&cpal::DeviceId::new(host.id(), name)) {
+    if let Some(device) = find_named(host, name, host.input_devices().ok()) {
         return Ok(device);
     }
     Err(CaptureError::NotFound {
         name: name.into(),
         available: input_names(host),
     })
+}
+
+/// The device called `name` (its id, or its description's name) among `listed`, or
+/// one the host opens by that id: names a host does not list (ALSA's `plughw:1,0`,
+/// say) may still open. Shared by the microphone and the speaker.
+pub(crate) fn find_named(
+    host: &cpal::Host,
+    name: &str,
+    listed: Option<impl Iterator<Item = cpal::Device>>,
+) -> Option<cpal::Device> {
+    let named = |device: &cpal::Device| {
+        device.id().is_ok_and(|id| id.id() == name)
+            || device.description().is_ok_and(|d| d.name() == name)
+    };
+    listed
+        .and_then(|mut devices| devices.find(named))
+        .or_else(|| host.device_by_id(&cpal::DeviceId::new(host.id(), name)))
 }
 
 /// The ids of the inputs the host lists, for error messages.

@@ -262,16 +262,7 @@ fn find_output(host: &cpal::Host, name: &str) -> Option<cpal::Device> {
     if name.is_empty() {
         return host.default_output_device();
     }
-    if let Ok(devices) = host.output_devices() {
-        for device in devices {
-            let id_matches = device.id().is_ok_and(|id| id.id() == name);
-            let name_matches = device.description().is_ok_and(|d| d.name() == name);
-            if id_matches || name_matches {
-                return Some(device);
-            }
-        }
-    }
-    host.device_by_id(&cpal::DeviceId::new(host.id(), name))
+    super::capture::find_named(host, name, host.output_devices().ok())
 }
 
 /// The callback: queued samples, each copied to every channel, then silence.
