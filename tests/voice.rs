@@ -20,6 +20,16 @@ use llm::{Reply, ScriptedServer, text_reply};
 use mouth::{Mouth, WAKE_VOICES};
 use stt_support::{cache_dir, ggml_model};
 
+/// Whisper's worker threads spin-wait: two spokes transcribing at once on a 2-core
+/// machine slow each other several times over, and a real-time session then hears
+/// its next wake word while the last command is still being transcribed (which,
+/// correctly, interrupts it). So the tests here run one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().await
+}
+
 /// A spoke's files: config, skills, data, and a HOME holding its ALSA devices.
 struct Spoke {
     dir: tempfile::TempDir,
@@ -103,6 +113,7 @@ fn rms(samples: &[f32]) -> f32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listen_runs_a_recording_through_every_stage_and_speaks_the_reply() {
+    let _serial = one_at_a_time().await;
     let hub = ScriptedServer::start(vec![Reply::Chunks(text_reply(&[
         "It will be sunny ",
         "tomorrow, with a high of twenty degrees. ",
@@ -179,6 +190,7 @@ async fn listen_runs_a_recording_through_every_stage_and_speaks_the_reply() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_phrase_stops_without_asking_the_model() {
+    let _serial = one_at_a_time().await;
     let hub = ScriptedServer::start(vec![]).await;
     let spoke = Spoke::new(&hub.url, "");
     let wav = spoke.path("stop.wav");
@@ -196,6 +208,7 @@ async fn a_stop_phrase_stops_without_asking_the_model() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recording_without_the_wake_word_is_said_to_be_one() {
+    let _serial = one_at_a_time().await;
     let hub = ScriptedServer::start(vec![]).await;
     let spoke = Spoke::new(&hub.url, "");
     let wav = spoke.path("other.wav");
@@ -216,6 +229,7 @@ async fn a_recording_without_the_wake_word_is_said_to_be_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_hub_is_spoken_as_an_apology_not_a_crash() {
+    let _serial = one_at_a_time().await;
     let hub = ScriptedServer::start(vec![Reply::Status(500, "model crashed".into())]).await;
     let spoke = Spoke::new(&hub.url, "");
     let reply = spoke.path("reply.wav");
@@ -359,6 +373,7 @@ async fn until(secs: u64, what: &str, log: impl Fn() -> String, mut done: impl F
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_whole_run_session_answers_follows_up_is_interrupted_and_stops_on_sigterm() {
+    let _serial = one_at_a_time().await;
     let hub = ScriptedServer::start(vec![
         Reply::Chunks(text_reply(&[
             "Tomorrow will be sunny. ",
@@ -466,6 +481,7 @@ async fn a_whole_run_session_answers_follows_up_is_interrupted_and_stops_on_sigt
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_microphone_is_reported_the_daemon_stays_up_and_reloads_on_sighup() {
+    let _serial = one_at_a_time().await;
     let hub = ScriptedServer::start(vec![]).await;
     let spoke = Spoke::new(&hub.url, &DEVICES.replace("spoke_test_mic", "no_such_mic"));
     declare_devices(&spoke, "spoke_test_mic");
@@ -543,6 +559,7 @@ async fn a_missing_microphone_is_reported_the_daemon_stays_up_and_reloads_on_sig
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wakeword_record_prompts_for_takes_from_the_microphone_and_trains_on_them() {
+    let _serial = one_at_a_time().await;
     let spoke = Spoke::new("http://127.0.0.1:9/v1", DEVICES);
     let (fifo, _) = declare_devices(&spoke, "spoke_test_mic");
     let mut takes = Vec::new();
@@ -617,6 +634,7 @@ async fn wakeword_record_prompts_for_takes_from_the_microphone_and_trains_on_the
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_voices_through_the_microphone_wake_are_cut_and_transcribed() {
+    let _serial = one_at_a_time().await;
     let hub = ScriptedServer::cycling(vec![Reply::Chunks(text_reply(&["Okay."]))]).await;
     let spoke = Spoke::new(&hub.url, &format!("{DEVICES}cues = false\n"));
     let (fifo, _) = declare_devices(&spoke, "spoke_test_mic");
