@@ -366,13 +366,7 @@ impl Owner {
                 config,
                 format,
                 move |data: &cpal::Data, _: &cpal::InputCallbackInfo| converter.push(data),
-                move |error: cpal::Error| {
-                    if error.kind() == cpal::ErrorKind::Xrun {
-                        tracing::debug!("audio input overrun: {error}");
-                        return;
-                    }
-                    let _ = errors.try_send(error.to_string());
-                },
+                stream_errors(errors, "input overrun"),
                 None,
             )
             .map_err(open_err)?;
@@ -485,6 +479,21 @@ pub(crate) fn find_input(host: &cpal::Host, name: &str) -> Result<cpal::Device, 
         name: name.into(),
         available: input_names(host),
     })
+}
+
+/// A stream's error callback: over- and underruns are logged at debug (a busy moment,
+/// not a broken device); anything else goes to the thread that owns the stream.
+pub(crate) fn stream_errors(
+    errors: SyncSender<String>,
+    xrun: &'static str,
+) -> impl FnMut(cpal::Error) + Send + 'static {
+    move |error: cpal::Error| {
+        if error.kind() == cpal::ErrorKind::Xrun {
+            tracing::debug!("audio {xrun}: {error}");
+            return;
+        }
+        let _ = errors.try_send(error.to_string());
+    }
 }
 
 /// The device called `name` (its id, or its description's name) among `listed`, or

@@ -237,13 +237,7 @@ impl Owner {
                 move |data: &mut cpal::Data, _: &cpal::OutputCallbackInfo| {
                     fill(data, channels, &shared);
                 },
-                move |error: cpal::Error| {
-                    if error.kind() == cpal::ErrorKind::Xrun {
-                        tracing::debug!("audio output underrun: {error}");
-                        return;
-                    }
-                    let _ = errors.try_send(error.to_string());
-                },
+                super::capture::stream_errors(errors, "output underrun"),
                 None,
             )
             .map_err(|e| fail(e.to_string()))?;

@@ -107,7 +107,7 @@ pub fn listen(config: &Config, file: &Path, out: Option<&Path>, no_wake: bool) -
                 ));
                 let heard_at = Instant::now();
                 let report = move |step: Step<'_>| print_step(step, heard_at);
-                let outcome = rt.block_on(pipeline.respond(&command, heard_at, &report));
+                let outcome = rt.block_on(pipeline.respond(command, heard_at, &report));
                 if outcome.ok {
                     answered += 1;
                 } else {

@@ -101,13 +101,11 @@ impl Pipeline {
     /// Answers one command: transcribe, run the turn with sentences spoken as they
     /// stream, wait for the speech to end. `heard_at` is when the end of speech was
     /// decided, for the latency figure.
-    pub async fn respond(
-        &self,
-        command: &Command,
-        heard_at: Instant,
-        report: &Reporter,
-    ) -> Outcome {
-        let samples = command.samples.clone();
+    pub async fn respond(&self, command: Command, heard_at: Instant, report: &Reporter) -> Outcome {
+        // The hangover passed in audio time before `heard_at` (counted for the latency
+        // figure); the audio itself moves to the transcription thread.
+        let hangover = (command.decided_at - command.end) as f64 / f64::from(SAMPLE_RATE);
+        let samples = command.samples;
         let stt = self.transcriber.clone();
         let transcript = tokio::task::spawn_blocking(move || stt.transcribe(&samples)).await;
         let transcript = match transcript {
@@ -138,8 +136,6 @@ impl Pipeline {
         let speaker = self.speaker.clone();
         let _ = tokio::task::spawn_blocking(move || speaker.wait_done(SPEAKING_LIMIT)).await;
         if let Some(first) = self.speaker.output().first_audio() {
-            // The hangover passed in audio time before `heard_at`; the rest is wall time.
-            let hangover = (command.decided_at - command.end) as f64 / f64::from(SAMPLE_RATE);
             let after =
                 first.saturating_duration_since(heard_at) + Duration::from_secs_f64(hangover);
             report(Step::FirstAudio { after });
@@ -431,7 +427,7 @@ impl Conversation {
         let secs = |at: u64| at as f64 / f64::from(SAMPLE_RATE);
         tracing::info!(parent: &span, speech_s = format!("{:.2}-{:.2}", secs(command.start), secs(command.end)), cut = command.cut, "command heard");
         let task = tokio::spawn(
-            async move { pipeline.respond(&command, heard_at, &log_step).await }.instrument(span),
+            async move { pipeline.respond(command, heard_at, &log_step).await }.instrument(span),
         );
         Turn {
             task,
