@@ -30,6 +30,22 @@ fn nap(ms) {
     sleep_ms(ms);
     ms
 }
+
+/// Run `sleep` for a while.
+///
+/// @param seconds: string  How long.
+/// @return int  The exit code.
+fn wait(seconds) {
+    command("sleep", [seconds]).code
+}
+
+/// Fetch a page.
+///
+/// @param url: string  What to fetch.
+/// @return int  The status.
+fn fetch(url) {
+    http_get(url).status
+}
 "#;
 
 struct Skills {
@@ -70,24 +86,32 @@ impl DeviceHandler for Counting<'_> {
 fn cancelling_a_run_stops_the_skill_it_waits_on() {
     let skills = skills();
     let sandbox = Sandbox::new(Limits::default()).unwrap();
-    let handler = Counting {
-        device: &skills.device,
-        started: AtomicUsize::new(0),
-    };
-    let cancel = Cancel::new();
-    std::thread::scope(|scope| {
-        let run =
-            scope.spawn(|| sandbox.run_cancellable("device.NapSkill.nap(5000)", &handler, &cancel));
-        poll::wait_until("the skill call to start", Duration::from_secs(5), || {
-            handler.started.load(Ordering::SeqCst) == 1
+    // A server that accepts and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/", silent.local_addr().unwrap());
+    for code in [
+        "device.NapSkill.nap(5000)".to_string(),
+        "device.NapSkill.wait(\"5\")".to_string(),
+        format!("device.NapSkill.fetch(\"{url}\")"),
+    ] {
+        let handler = Counting {
+            device: &skills.device,
+            started: AtomicUsize::new(0),
+        };
+        let cancel = Cancel::new();
+        std::thread::scope(|scope| {
+            let run = scope.spawn(|| sandbox.run_cancellable(&code, &handler, &cancel));
+            poll::wait_until("the skill call to start", Duration::from_secs(5), || {
+                handler.started.load(Ordering::SeqCst) == 1
+            });
+            let cancelled_at = Instant::now();
+            cancel.cancel();
+            poll::wait_until("the run to end after cancel", SLACK, || run.is_finished());
+            let outcome = run.join().unwrap();
+            assert_eq!(outcome.result, Err(RunError::Cancelled), "{code}");
+            assert!(cancelled_at.elapsed() < SLACK, "{code}");
         });
-        let cancelled_at = Instant::now();
-        cancel.cancel();
-        poll::wait_until("the run to end after cancel", SLACK, || run.is_finished());
-        let outcome = run.join().unwrap();
-        assert_eq!(outcome.result, Err(RunError::Cancelled));
-        assert!(cancelled_at.elapsed() < SLACK);
-    });
+    }
 }
 
 #[test]
