@@ -19,7 +19,7 @@ mod server;
 mod settings;
 
 pub use link::{Link, Role};
-pub use settings::{AllowList, Broker, LinkSettings};
+pub use settings::{AllowList, Broker, LinkSettings, PeerLimits};
 
 /// Why the MQTT link could not start.
 #[derive(Debug, thiserror::Error)]
