@@ -516,7 +516,8 @@ pub struct MqttConfig {
     pub max_functions_per_peer: usize,
     /// Longest name in a registration (device, class, function, parameter, type), in bytes.
     pub max_name_bytes: usize,
-    /// Longest summary, signature or example request in a registration, in bytes.
+    /// Longest summary, signature, parameter description or example request in a
+    /// registration, in bytes.
     pub max_summary_bytes: usize,
     /// Longest description, docstring or example code in a registration, in bytes.
     pub max_text_bytes: usize,
@@ -793,10 +794,16 @@ impl Config {
             });
         }
         let mqtt_limits = [
-            ("mqtt.max_registration_bytes", self.mqtt.max_registration_bytes),
+            (
+                "mqtt.max_registration_bytes",
+                self.mqtt.max_registration_bytes,
+            ),
             ("mqtt.max_peers", self.mqtt.max_peers),
             ("mqtt.max_classes_per_peer", self.mqtt.max_classes_per_peer),
-            ("mqtt.max_functions_per_peer", self.mqtt.max_functions_per_peer),
+            (
+                "mqtt.max_functions_per_peer",
+                self.mqtt.max_functions_per_peer,
+            ),
             ("mqtt.max_name_bytes", self.mqtt.max_name_bytes),
             ("mqtt.max_summary_bytes", self.mqtt.max_summary_bytes),
             ("mqtt.max_text_bytes", self.mqtt.max_text_bytes),

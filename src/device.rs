@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 use crate::mqtt::Link;
 use crate::mqtt::peers::{Peer, Peers, RemoteClass};
 use crate::sandbox::{DeviceHandler, DeviceRequest};
-use crate::skills::watch::LiveRegistry;
 use crate::skills::search::Doc;
+use crate::skills::watch::LiveRegistry;
 use crate::skills::{Registry, SkillClass, SkillFunction};
 
 /// How many results `device.search_skills` returns at most.

@@ -217,7 +217,10 @@ impl Drop for Daemon {
 
 /// Publishes `payload` retained on `topic` (from a file: it can be large).
 fn publish_retained(broker: &Broker, topic: &str, payload: &[u8]) {
-    let file = broker.dir.path().join(format!("{}.bin", topic.replace('/', "_")));
+    let file = broker
+        .dir
+        .path()
+        .join(format!("{}.bin", topic.replace('/', "_")));
     std::fs::write(&file, payload).unwrap();
     let status = Command::new("mosquitto_pub")
         .args(broker.client_args())
@@ -244,7 +247,9 @@ fn wait_registered(broker: &Broker, id: &str) -> Value {
 /// A registration of `functions` functions with `description_bytes` of class prose
 /// and a realistic amount of text per function.
 fn registration(id: &str, name: &str, functions: usize, description_bytes: usize) -> Vec<u8> {
-    let words = ["volume", "level", "speaker", "music", "lights", "kitchen", "timer"];
+    let words = [
+        "volume", "level", "speaker", "music", "lights", "kitchen", "timer",
+    ];
     let prose = |n: usize| {
         let mut text = String::new();
         let mut i = 0;
@@ -355,10 +360,12 @@ fn hostile_registration_costs_neither_time_nor_memory() {
     let (took, answer) = time_search(&device, "x");
     assert!(took < SEARCH_BOUND, "search took {took:?}");
     assert_eq!(answer, json!([]));
-    assert!(link.with_peers(|peers| peers
-        .all()
-        .filter(|p| p.id == "evil")
-        .all(|p| p.classes.is_empty())));
+    assert!(link.with_peers(|peers| {
+        peers
+            .all()
+            .filter(|p| p.id == "evil")
+            .all(|p| p.classes.is_empty())
+    }));
     rt.block_on(link.shutdown());
 }
 
@@ -370,13 +377,26 @@ fn search_over_full_registrations_is_fast() {
     for i in 0..5 {
         let id = format!("peer{i}");
         let payload = registration(&id, &format!("Peer {i}"), 200, 8000);
-        publish_retained(&broker, &format!("strawberry/devices/{id}/skills"), &payload);
-        publish_retained(&broker, &format!("strawberry/devices/{id}/status"), b"online");
+        publish_retained(
+            &broker,
+            &format!("strawberry/devices/{id}/skills"),
+            &payload,
+        );
+        publish_retained(
+            &broker,
+            &format!("strawberry/devices/{id}/status"),
+            b"online",
+        );
     }
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (link, device) = caller(&rt, &broker, "timer");
     poll::wait_until("the five peers", WAIT, || {
-        link.with_peers(|p| p.all().filter(|p| p.online && !p.classes.is_empty()).count() == 5)
+        link.with_peers(|p| {
+            p.all()
+                .filter(|p| p.online && !p.classes.is_empty())
+                .count()
+                == 5
+        })
     });
     for query in ["x", "", "volume level", "speakr musc", "thing 7 up"] {
         let (took, answer) = time_search(&device, query);
@@ -514,7 +534,11 @@ fn forged_own_status_and_registration_are_corrected() {
             .and_then(|t| serde_json::from_str::<Value>(&t).ok())
             .is_some_and(|r| r == genuine)
     });
-    assert!(daemon.log().contains("another client wrote"), "{}", daemon.log());
+    assert!(
+        daemon.log().contains("another client wrote"),
+        "{}",
+        daemon.log()
+    );
 }
 
 /// Text from the network reaches no terminal or log with its control characters: the
@@ -599,7 +623,10 @@ fn escape_sequences_from_the_network_are_stripped() {
     let _master = answer_prompt.join().unwrap();
     let answer: Value = serde_json::from_str(&answer).unwrap();
     let error = answer["error"].as_str().unwrap();
-    assert!(error.contains("did not allow") && error.contains("Hub"), "{error}");
+    assert!(
+        error.contains("did not allow") && error.contains("Hub"),
+        "{error}"
+    );
     assert!(!has_controls(error, false), "{error:?}");
     let log = daemon.log();
     let prompt = &log[log.find("Allow ").unwrap()..];

@@ -343,7 +343,9 @@ impl Correction {
     /// Someone else wrote the topic: when to correct it (now, or when the pause since
     /// the last correction is over).
     fn request(&mut self, now: Instant) {
-        let at = self.last.map_or(now, |last| (last + CORRECTION_EVERY).max(now));
+        let at = self
+            .last
+            .map_or(now, |last| (last + CORRECTION_EVERY).max(now));
         self.due = Some(self.due.map_or(at, |due| due.min(at)));
     }
 
@@ -494,8 +496,7 @@ impl Task {
             } => {
                 if !self.connected {
                     let _ = reply.try_send(Err(
-                        "not connected to the MQTT broker (it is retried in the background)"
-                            .into(),
+                        "not connected to the MQTT broker (it is retried in the background)".into(),
                     ));
                     return;
                 }
@@ -568,7 +569,11 @@ impl Task {
     }
 
     fn publish_status(&self) {
-        let status = self.shared.settings.topics.status(&self.shared.settings.device_id);
+        let status = self
+            .shared
+            .settings
+            .topics
+            .status(&self.shared.settings.device_id);
         if let Err(e) = self
             .shared
             .client
@@ -634,19 +639,8 @@ impl Task {
         let settings = &self.shared.settings;
         let own = settings.device_id.as_str();
         match settings.topics.parse(topic) {
-            Some(TopicKind::Status(id)) if id == own => {
-                if self.connected && self.server.is_some() && publish.payload != ONLINE {
-                    self.own_status.request(Instant::now());
-                }
-            }
-            Some(TopicKind::Skills(id)) if id == own => {
-                if self.connected
-                    && self.server.is_some()
-                    && self.registration.as_ref() != Some(&publish.payload)
-                {
-                    self.own_skills.request(Instant::now());
-                }
-            }
+            Some(TopicKind::Status(id)) if id == own => self.own_status_seen(&publish.payload),
+            Some(TopicKind::Skills(id)) if id == own => self.own_skills_seen(&publish.payload),
             Some(TopicKind::Status(id)) if valid_device_id(id) => {
                 let outcome = self.peers.set_status(id, &publish.payload);
                 match outcome {
@@ -668,6 +662,22 @@ impl Task {
             }
             Some(TopicKind::Replies(id)) if id == self.client_id => self.reply(&publish),
             _ => {}
+        }
+    }
+
+    /// Someone else wrote this spoke's status (it does not receive its own): unless it
+    /// says what this spoke says, put it right.
+    fn own_status_seen(&mut self, payload: &[u8]) {
+        if self.connected && self.server.is_some() && payload != ONLINE.as_bytes() {
+            self.own_status.request(Instant::now());
+        }
+    }
+
+    /// Someone else wrote this spoke's registration: unless it is the one this spoke
+    /// published, put it right.
+    fn own_skills_seen(&mut self, payload: &Bytes) {
+        if self.connected && self.server.is_some() && self.registration.as_ref() != Some(payload) {
+            self.own_skills.request(Instant::now());
         }
     }
 

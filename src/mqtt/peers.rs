@@ -107,7 +107,9 @@ pub enum RegistrationError {
         key: &'static str,
     },
     /// A class, function or parameter name that is not an identifier.
-    #[error("`{name}` is not a valid {what} name (letters, digits and `_`, not starting with a digit)")]
+    #[error(
+        "`{name}` is not a valid {what} name (letters, digits and `_`, not starting with a digit)"
+    )]
     BadName {
         /// Class, function or parameter.
         what: &'static str,
@@ -357,25 +359,84 @@ fn check(registration: &Registration, limits: &PeerLimits) -> Result<(), Registr
     for class in classes {
         name("class", &class.name)?;
         let of = |field: &'static str| move || format!("the {field} of class `{}`", class.name);
-        over(&of("summary"), class.summary.len(), "bytes", limits.summary_bytes, SUMMARY)?;
-        over(&of("description"), class.description.len(), "bytes", limits.text_bytes, TEXT)?;
+        over(
+            &of("summary"),
+            class.summary.len(),
+            "bytes",
+            limits.summary_bytes,
+            SUMMARY,
+        )?;
+        over(
+            &of("description"),
+            class.description.len(),
+            "bytes",
+            limits.text_bytes,
+            TEXT,
+        )?;
         for example in &class.examples {
-            over(&of("example request"), example.request.len(), "bytes", limits.summary_bytes, SUMMARY)?;
-            over(&of("example code"), example.code.len(), "bytes", limits.text_bytes, TEXT)?;
+            over(
+                &of("example request"),
+                example.request.len(),
+                "bytes",
+                limits.summary_bytes,
+                SUMMARY,
+            )?;
+            over(
+                &of("example code"),
+                example.code.len(),
+                "bytes",
+                limits.text_bytes,
+                TEXT,
+            )?;
         }
         for f in &class.functions {
             name("function", &f.name)?;
-            let of = |field: &'static str| {
-                move || format!("the {field} of {}.{}", class.name, f.name)
-            };
-            over(&of("signature"), f.signature.len(), "bytes", limits.summary_bytes, SUMMARY)?;
-            over(&of("summary"), f.summary.len(), "bytes", limits.summary_bytes, SUMMARY)?;
-            over(&of("docstring"), f.docstring.len(), "bytes", limits.text_bytes, TEXT)?;
-            over(&of("return type"), f.returns.len(), "bytes", limits.name_bytes, NAME)?;
+            let of =
+                |field: &'static str| move || format!("the {field} of {}.{}", class.name, f.name);
+            over(
+                &of("signature"),
+                f.signature.len(),
+                "bytes",
+                limits.summary_bytes,
+                SUMMARY,
+            )?;
+            over(
+                &of("summary"),
+                f.summary.len(),
+                "bytes",
+                limits.summary_bytes,
+                SUMMARY,
+            )?;
+            over(
+                &of("docstring"),
+                f.docstring.len(),
+                "bytes",
+                limits.text_bytes,
+                TEXT,
+            )?;
+            over(
+                &of("return type"),
+                f.returns.len(),
+                "bytes",
+                limits.name_bytes,
+                NAME,
+            )?;
             for p in &f.params {
                 name("parameter", &p.name)?;
-                over(&of("parameter type"), p.ty.len(), "bytes", limits.name_bytes, NAME)?;
-                over(&of("parameter description"), p.description.len(), "bytes", limits.summary_bytes, SUMMARY)?;
+                over(
+                    &of("parameter type"),
+                    p.ty.len(),
+                    "bytes",
+                    limits.name_bytes,
+                    NAME,
+                )?;
+                over(
+                    &of("parameter description"),
+                    p.description.len(),
+                    "bytes",
+                    limits.summary_bytes,
+                    SUMMARY,
+                )?;
             }
         }
     }
@@ -460,7 +521,10 @@ mod tests {
     fn registration_for_another_id_is_refused() {
         let mut peers = Peers::default();
         let err = peers.set_registration("other", REG.as_bytes()).unwrap_err();
-        assert!(matches!(*err, RegistrationError::WrongDevice { .. }), "{err}");
+        assert!(
+            matches!(*err, RegistrationError::WrongDevice { .. }),
+            "{err}"
+        );
         assert!(peers.set_registration("x", b"{not json").is_err());
         assert!(peers.refusal("x").is_some());
     }
@@ -498,7 +562,10 @@ mod tests {
         )
         .set_registration("tv1", REG.as_bytes())
         .unwrap_err();
-        assert!(big.to_string().contains("mqtt.max_registration_bytes"), "{big}");
+        assert!(
+            big.to_string().contains("mqtt.max_registration_bytes"),
+            "{big}"
+        );
     }
 
     #[test]
@@ -506,9 +573,13 @@ mod tests {
         let mut peers = Peers::new("Kitchen", PeerLimits::default());
         peers.set_registration("tv1", REG.as_bytes()).unwrap();
         let impostor = REG.replace("\"tv1\"", "\"aaa\"");
-        let err = peers.set_registration("aaa", impostor.as_bytes()).unwrap_err();
+        let err = peers
+            .set_registration("aaa", impostor.as_bytes())
+            .unwrap_err();
         assert!(err.to_string().contains("`tv1`"), "{err}");
-        let own = REG.replace("Living Room TV", "KITCHEN").replace("\"tv1\"", "\"bbb\"");
+        let own = REG
+            .replace("Living Room TV", "KITCHEN")
+            .replace("\"tv1\"", "\"bbb\"");
         let err = peers.set_registration("bbb", own.as_bytes()).unwrap_err();
         assert!(err.to_string().contains("this device"), "{err}");
         assert_eq!(peers.resolve("Living Room TV").unwrap().id, "tv1");

@@ -426,7 +426,9 @@ mod tests {
             "Kit[2Jchen31m"
         );
         assert_eq!(clean_text("a\n\tb\u{7}\u{2066}"), "a\n\tb");
-        assert!(valid_identifier("Volume_2") && !valid_identifier("2x") && !valid_identifier("a.b"));
+        assert!(
+            valid_identifier("Volume_2") && !valid_identifier("2x") && !valid_identifier("a.b")
+        );
         assert!(valid_device_id("tv-1") && !valid_device_id("TV") && !valid_device_id(""));
     }
 

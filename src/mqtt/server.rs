@@ -126,8 +126,8 @@ impl Server {
                 ));
                 // Dropped when the request channel is full: the caller's timeout then
                 // answers for it, and nothing queues up behind a flood.
-                if let Err(error) = self.publish(&answer, &outcome) {
-                    tracing::debug!(%error, "a busy answer was dropped");
+                if !self.publish(&answer, &outcome) {
+                    tracing::debug!("a busy answer was dropped: the request channel is full");
                 }
             }
         }
@@ -144,7 +144,7 @@ impl Server {
         if let Err(error) = &outcome {
             tracing::info!(%error, "remote call answered with an error");
         }
-        if self.publish(&answer, &outcome).is_err() {
+        if !self.publish(&answer, &outcome) {
             let (body, properties) = render(&answer, &outcome);
             let sent = handle.block_on(self.client.publish_with_properties(
                 answer.topic,
@@ -159,20 +159,18 @@ impl Server {
         }
     }
 
-    /// Publishes the answer if the request channel has room.
-    fn publish(
-        &self,
-        answer: &Answer,
-        outcome: &Result<Value, String>,
-    ) -> Result<(), rumqttc::v5::ClientError> {
+    /// Publishes the answer if the request channel has room; returns whether it did.
+    fn publish(&self, answer: &Answer, outcome: &Result<Value, String>) -> bool {
         let (body, properties) = render(answer, outcome);
-        self.client.try_publish_with_properties(
-            answer.topic.clone(),
-            QoS::AtLeastOnce,
-            false,
-            body,
-            properties,
-        )
+        self.client
+            .try_publish_with_properties(
+                answer.topic.clone(),
+                QoS::AtLeastOnce,
+                false,
+                body,
+                properties,
+            )
+            .is_ok()
     }
 
     /// Checks and runs one request (blocking: the skill runs here).

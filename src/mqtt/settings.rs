@@ -133,7 +133,7 @@ pub struct PeerLimits {
     pub functions: usize,
     /// Longest name (device, class, function, parameter, type).
     pub name_bytes: usize,
-    /// Longest summary, signature or example request.
+    /// Longest summary, signature, parameter description or example request.
     pub summary_bytes: usize,
     /// Longest description, docstring or example code.
     pub text_bytes: usize,
