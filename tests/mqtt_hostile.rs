@@ -503,6 +503,34 @@ fn spoofed_replies_are_not_answers() {
     rt.block_on(link.shutdown());
 }
 
+/// A remote call made for a run ends when the run's time is up, not at the (longer)
+/// call timeout.
+#[test]
+fn a_remote_call_ends_with_the_run() {
+    const RUN: Duration = Duration::from_millis(200);
+    const SLACK: Duration = Duration::from_millis(500);
+    let broker = Broker::start();
+    let tv = SpokeDir::new("TV", "tv1", &broker.url(), "");
+    tv.skill(
+        "spin.rhai",
+        "//! Spins.\n//!\n//! @class SpinSkill\n\n/// Never returns.\nfn spin() {\n    loop {}\n}\n",
+    );
+    let _tv = tv.serve();
+    wait_online(&broker, "tv1");
+    wait_registered(&broker, "tv1");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (link, _) = caller(&rt, &broker, "runner");
+    let started = Instant::now();
+    let outcome = strawberry_spoke::skills::deadline::with_deadline(started + RUN, || {
+        link.call_blocking("tv1", "TV", "SpinSkill", "spin", &[])
+    });
+    let took = started.elapsed();
+    let error = outcome.unwrap_err();
+    assert!(error.contains("ran out of time"), "{error}");
+    assert!(took < RUN + SLACK, "the call took {took:?}");
+    rt.block_on(link.shutdown());
+}
+
 /// Someone else publishing `offline` or an empty registration, retained, under our
 /// id: the spoke puts its own back.
 #[test]
