@@ -366,6 +366,14 @@ fn hostile_registration_costs_neither_time_nor_memory() {
             .filter(|p| p.id == "evil")
             .all(|p| p.classes.is_empty())
     }));
+    // Refused, and why, for anyone who asks.
+    let refusal = link.with_peers(|peers| peers.refusal("evil").map(|e| e.to_string()));
+    assert!(
+        refusal
+            .as_deref()
+            .is_some_and(|e| e.contains("mqtt.max_registration_bytes")),
+        "{refusal:?}"
+    );
     rt.block_on(link.shutdown());
 }
 
