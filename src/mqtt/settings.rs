@@ -329,13 +329,7 @@ fn pem_error(what: &'static str, path: &Path, e: std::io::Error) -> MqttError {
 
 /// The configured id, or the one kept in `data_dir/device-id`, created on first use.
 fn device_id(configured: &str, data_dir: &Path) -> Result<String, MqttError> {
-    let valid = |id: &str| {
-        !id.is_empty()
-            && id.len() <= 64
-            && id
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-    };
+    let valid = super::protocol::valid_device_id;
     if !configured.is_empty() {
         if !valid(configured) {
             return Err(MqttError::DeviceId(format!(
