@@ -32,8 +32,10 @@ use super::server::Server;
 use super::settings::LinkSettings;
 
 /// Largest packet accepted from the broker (registrations of other spokes included);
-/// the broker drops bigger ones instead of this spoke disconnecting over them.
+/// the broker drops bigger ones instead of this spoke disconnecting over them. Raised
+/// when the configured limits allow larger payloads, plus room for topic and headers.
 const MAX_PACKET: u32 = 1024 * 1024;
+const PACKET_OVERHEAD: usize = 4096;
 /// Reconnect backoff bounds.
 const BACKOFF_START: Duration = Duration::from_millis(100);
 const BACKOFF_CAP: Duration = Duration::from_millis(1500);
@@ -115,7 +117,14 @@ impl Link {
             settings.broker.port,
         );
         options.set_keep_alive(settings.keep_alive);
-        options.set_max_packet_size(Some(MAX_PACKET));
+        let largest = settings
+            .peer_limits
+            .registration_bytes
+            .max(settings.max_payload)
+            .saturating_add(PACKET_OVERHEAD);
+        options.set_max_packet_size(Some(
+            u32::try_from(largest).unwrap_or(u32::MAX).max(MAX_PACKET),
+        ));
         options.set_clean_start(true);
         let mut network = rumqttc::NetworkOptions::new();
         // Without TCP_NODELAY a QoS 1 round trip takes ~90 ms instead of ~0.1 ms.
