@@ -298,6 +298,8 @@ impl Link {
             match rx.recv_timeout(left.min(WAIT_SLICE)) {
                 Ok(outcome) => return outcome,
                 Err(RecvTimeoutError::Timeout) => {}
+                // The task drops a call at its end: said as a timeout, above.
+                Err(RecvTimeoutError::Disconnected) if Instant::now() >= until => {}
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(format!(
                         "the call of {qualified} on `{device_name}` was abandoned"
