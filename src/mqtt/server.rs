@@ -70,7 +70,8 @@ impl Server {
         &self.skills
     }
 
-    /// Takes one request off the connection task: answers it from a task of its own.
+    /// Takes one request off the connection task: runs it on a blocking thread under
+    /// the concurrency limit and answers from there, or answers `busy` right here.
     pub(super) fn accept(self: Arc<Self>, publish: Publish) {
         let properties = publish.properties.unwrap_or_default();
         let Some(response_topic) = properties.response_topic else {
