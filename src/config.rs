@@ -510,6 +510,21 @@ pub struct MqttConfig {
     pub max_payload_bytes: usize,
     /// Incoming calls run at once; more are answered `busy`.
     pub max_concurrent_calls: usize,
+    /// Largest registration of another spoke accepted, in bytes.
+    pub max_registration_bytes: usize,
+    /// Other spokes kept track of; messages of further device ids are ignored.
+    pub max_peers: usize,
+    /// Skill classes one registration may hold.
+    pub max_classes_per_peer: usize,
+    /// Functions one registration may hold, over all its classes.
+    pub max_functions_per_peer: usize,
+    /// Longest name in a registration (device, class, function, parameter, type), in bytes.
+    pub max_name_bytes: usize,
+    /// Longest summary, signature, parameter description or example request in a
+    /// registration, in bytes.
+    pub max_summary_bytes: usize,
+    /// Longest description, docstring or example code in a registration, in bytes.
+    pub max_text_bytes: usize,
 }
 
 impl Default for MqttConfig {
@@ -530,6 +545,13 @@ impl Default for MqttConfig {
             remote_allow: vec!["*".into()],
             max_payload_bytes: 64 * 1024,
             max_concurrent_calls: 4,
+            max_registration_bytes: 256 * 1024,
+            max_peers: 64,
+            max_classes_per_peer: 64,
+            max_functions_per_peer: 256,
+            max_name_bytes: 128,
+            max_summary_bytes: 1024,
+            max_text_bytes: 8 * 1024,
         }
     }
 }
@@ -780,6 +802,30 @@ impl Config {
                 key: "mqtt.keep_alive_s".into(),
                 message: "must be at least 5 seconds".into(),
             });
+        }
+        let mqtt_limits = [
+            (
+                "mqtt.max_registration_bytes",
+                self.mqtt.max_registration_bytes,
+            ),
+            ("mqtt.max_peers", self.mqtt.max_peers),
+            ("mqtt.max_classes_per_peer", self.mqtt.max_classes_per_peer),
+            (
+                "mqtt.max_functions_per_peer",
+                self.mqtt.max_functions_per_peer,
+            ),
+            ("mqtt.max_name_bytes", self.mqtt.max_name_bytes),
+            ("mqtt.max_summary_bytes", self.mqtt.max_summary_bytes),
+            ("mqtt.max_text_bytes", self.mqtt.max_text_bytes),
+        ];
+        for (key, value) in mqtt_limits {
+            if value == 0 {
+                return Err(ConfigError::Invalid {
+                    origin: origin(key),
+                    key: key.into(),
+                    message: "must be at least 1".into(),
+                });
+            }
         }
         if self.mqtt.max_concurrent_calls == 0 {
             return Err(ConfigError::Invalid {

@@ -414,7 +414,7 @@ pub(crate) fn suggest<'a>(
 pub struct Registry {
     classes: Vec<SkillClass>,
     settings: HostSettings,
-    index: search::Index,
+    index: search::ClassIndex,
 }
 
 impl fmt::Debug for Registry {
@@ -447,12 +447,17 @@ impl Registry {
         let mut seen = std::collections::HashSet::new();
         classes.retain(|c| seen.insert(c.name.clone()));
         classes.sort_by(|a, b| a.name.cmp(&b.name));
-        let index = search::Index::build(&classes);
+        let index = search::ClassIndex::build(&classes);
         Registry {
             classes,
             settings,
             index,
         }
+    }
+
+    /// The search index of [`Registry::classes`], built when the registry was.
+    pub fn index(&self) -> &search::ClassIndex {
+        &self.index
     }
 
     /// The loaded classes, sorted by name.
