@@ -518,7 +518,13 @@ fn transcribe(config: &Config, file: &Path) -> Result<ExitCode> {
     };
     let read = started.elapsed();
     let started = Instant::now();
-    let samples = audio::resample(&recording.samples, recording.sample_rate, SAMPLE_RATE);
+    let samples = match audio::resample(&recording.samples, recording.sample_rate, SAMPLE_RATE) {
+        Ok(samples) => samples,
+        Err(e) => {
+            eprintln!("error: {}: {e}", file.display());
+            return Ok(ExitCode::from(2));
+        }
+    };
     let resample = started.elapsed();
     let transcriber = Transcriber::load(&config.stt.settings())?;
     let transcript = match transcriber.transcribe(&samples) {

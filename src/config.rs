@@ -1025,18 +1025,35 @@ fn insert(table: &mut toml::Table, key: &[String], value: toml::Value) {
     current.insert(last.clone(), value);
 }
 
+/// Masks secrets wherever they are: values of secret-named keys (also inside arrays and
+/// arrays of tables such as `hub.endpoints`) and passwords in URLs (`mqtt://u:p@host`).
 fn mask_secrets(table: &mut toml::Table) {
     for (key, value) in table.iter_mut() {
-        match value {
-            toml::Value::Table(inner) => mask_secrets(inner),
-            toml::Value::String(s)
-                if !s.is_empty() && SECRET_KEY_PARTS.iter().any(|p| key.contains(p)) =>
-            {
-                *s = "********".into();
-            }
-            _ => {}
-        }
+        mask_value(SECRET_KEY_PARTS.iter().any(|p| key.contains(p)), value);
     }
+}
+
+fn mask_value(secret: bool, value: &mut toml::Value) {
+    match value {
+        toml::Value::Table(inner) => mask_secrets(inner),
+        toml::Value::Array(items) => items.iter_mut().for_each(|v| mask_value(secret, v)),
+        toml::Value::String(s) if secret && !s.is_empty() => *s = "********".into(),
+        toml::Value::String(s) => {
+            if let Some(masked) = mask_url_password(s) {
+                *s = masked;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `scheme://user:password@host...` with the password masked; `None` when there is none.
+fn mask_url_password(s: &str) -> Option<String> {
+    let (scheme, rest) = s.split_once("://")?;
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let at = rest[..authority_end].rfind('@')?;
+    let (user, password) = rest[..at].split_once(':')?;
+    (!password.is_empty()).then(|| format!("{scheme}://{user}:********{}", &rest[at..]))
 }
 
 fn millis(d: Duration) -> u64 {
@@ -1450,6 +1467,42 @@ mod tests {
         assert!(
             !text.contains("sk-123") && text.contains("********") && text.contains("gemma"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn show_masks_secrets_inside_arrays_and_urls() {
+        let mut table: toml::Table = toml::from_str(
+            r#"
+            [[hub.endpoints]]
+            url = "https://bob:hunter2@llm.example/v1"
+            model = "gemma"
+            api_key = "sk-in-array"
+            [[hub.endpoints]]
+            url = "http://localhost:8080"
+            model = "small"
+            [mqtt]
+            tokens = ["tok-1", "tok-2"]
+            url = "mqtts://spoke@broker:8883"
+            "#,
+        )
+        .unwrap();
+        mask_secrets(&mut table);
+        let text = toml::to_string(&table).unwrap();
+        for secret in ["sk-in-array", "hunter2", "tok-1", "tok-2"] {
+            assert!(!text.contains(secret), "{secret} shown in:\n{text}");
+        }
+        let endpoints = table["hub"]["endpoints"].as_array().unwrap();
+        assert_eq!(endpoints[0]["api_key"].as_str(), Some("********"));
+        assert_eq!(
+            endpoints[0]["url"].as_str(),
+            Some("https://bob:********@llm.example/v1")
+        );
+        assert_eq!(endpoints[1]["url"].as_str(), Some("http://localhost:8080"));
+        assert_eq!(endpoints[1]["model"].as_str(), Some("small"));
+        assert_eq!(
+            table["mqtt"]["url"].as_str(),
+            Some("mqtts://spoke@broker:8883")
         );
     }
 }
