@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::hub::CodeMode;
 use crate::sandbox::Limits;
 use crate::skills::host_api::HostSettings;
+use crate::skills::storage::StorageLimits;
 use crate::wake::{ScoreMode, Settings as WakeSettings, Vad, WakeError, WakeWord};
 
 /// Where the daemon looks for its config when `--config` is not given.
@@ -219,6 +220,10 @@ pub struct SkillsConfig {
     pub http_max_bytes: usize,
     /// Largest file `read_file` returns.
     pub file_max_bytes: usize,
+    /// Most bytes one skill may keep in its storage, keys and values as JSON.
+    pub storage_max_bytes: usize,
+    /// Largest single value a skill may store, as JSON.
+    pub storage_max_value_bytes: usize,
 }
 
 /// `[sandbox]`: limits for every run of model-written code.
@@ -549,6 +554,8 @@ impl Default for SkillsConfig {
             http_timeout_ms: millis(host.http_timeout),
             http_max_bytes: host.http_max_bytes,
             file_max_bytes: host.file_max_bytes,
+            storage_max_bytes: host.storage.max_bytes,
+            storage_max_value_bytes: host.storage.max_value_bytes,
         }
     }
 }
@@ -626,6 +633,10 @@ impl Config {
             http_timeout: Duration::from_millis(self.skills.http_timeout_ms),
             http_max_bytes: self.skills.http_max_bytes,
             file_max_bytes: self.skills.file_max_bytes,
+            storage: StorageLimits {
+                max_bytes: self.skills.storage_max_bytes,
+                max_value_bytes: self.skills.storage_max_value_bytes,
+            },
         }
     }
 
@@ -737,7 +748,7 @@ impl Config {
 
     /// Rejects values that parse but cannot work.
     fn validate(&self, origin: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
-        let positive: [(&str, u64); 16] = [
+        let positive: [(&str, u64); 18] = [
             ("mqtt.call_timeout_ms", self.mqtt.call_timeout_ms),
             ("mqtt.max_payload_bytes", self.mqtt.max_payload_bytes as u64),
             ("hub.connect_timeout_ms", self.hub.connect_timeout_ms),
@@ -754,6 +765,14 @@ impl Config {
             ("skills.command_timeout_ms", self.skills.command_timeout_ms),
             ("skills.http_timeout_ms", self.skills.http_timeout_ms),
             ("skills.http_max_bytes", self.skills.http_max_bytes as u64),
+            (
+                "skills.storage_max_bytes",
+                self.skills.storage_max_bytes as u64,
+            ),
+            (
+                "skills.storage_max_value_bytes",
+                self.skills.storage_max_value_bytes as u64,
+            ),
         ];
         for (key, value) in positive {
             if value == 0 {

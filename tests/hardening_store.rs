@@ -2,8 +2,12 @@
 //! through the real binary: skill commands do not see the daemon's secrets, a hostile WAV
 //! is refused with a clear error, storage stops at its caps.
 
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+
+use strawberry_spoke::skills::storage::StorageLimits;
 
 struct Spoke {
     skills: tempfile::TempDir,
@@ -165,4 +169,81 @@ fn a_one_hertz_wav_is_refused_with_a_clear_error_not_an_abort() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("one-hertz.wav"), "{err}");
     assert!(err.contains("sample rate of 1 Hz"), "{err}");
+}
+
+/// Bytes of every file in the skill storage folder.
+fn storage_bytes(data: &Path) -> u64 {
+    std::fs::read_dir(data.join("skills"))
+        .map(|dir| {
+            dir.map(|e| e.unwrap().metadata().unwrap().len())
+                .sum::<u64>()
+        })
+        .unwrap_or(0)
+}
+
+/// Adds `item` to lists chosen by `list(i)` until an add fails or `most` adds were made;
+/// returns the failure and how many adds succeeded.
+fn fill_notes(
+    notes: &support::Skill,
+    item: &str,
+    most: usize,
+    list: impl Fn(usize) -> String,
+) -> (Option<String>, usize) {
+    for i in 0..most {
+        if let Err(e) = notes.call("add", (item.to_string(), list(i))) {
+            return (Some(e), i);
+        }
+    }
+    (None, most)
+}
+
+#[test]
+fn filling_notes_stops_at_the_skill_cap_and_the_disk_stays_bounded() {
+    let data = tempfile::tempdir().unwrap();
+    let notes = support::Skill::load("notes.rhai", data.path());
+    let limits = StorageLimits::default();
+    let item = "x".repeat(4000);
+    // Forty lists growing together: the skill's total reaches its cap before any one
+    // list reaches the per-value cap. Uncapped, this would go on to the last add.
+    let most = 3 * limits.max_bytes / item.len();
+    let (err, added) = fill_notes(&notes, &item, most, |i| format!("l{}", i % 40));
+    let err = err.unwrap_or_else(|| panic!("{most} adds of {} bytes all succeeded", item.len()));
+    assert!(err.contains("skills.storage_max_bytes"), "{err}");
+    assert!(err.contains("`list:l"), "{err}");
+    assert!(added * item.len() <= limits.max_bytes, "{added} adds");
+    assert!(
+        added * (item.len() + 8) >= limits.max_bytes * 9 / 10,
+        "{added} adds"
+    );
+    let on_disk = storage_bytes(data.path());
+    let bound = 2 * limits.max_bytes as u64 + 64 * 1024 + limits.max_value_bytes as u64;
+    assert!(on_disk <= bound, "{on_disk} bytes on disk, bound {bound}");
+    // What was stored before the cap is all there, also after a restart.
+    let again = support::Skill::load("notes.rhai", data.path());
+    let lists = again.ok("lists", ());
+    let total: i64 = lists
+        .into_array()
+        .unwrap()
+        .iter()
+        .map(|l| support::field::<i64>(l, "count"))
+        .sum();
+    assert_eq!(total as usize, added);
+}
+
+#[test]
+fn one_list_stops_at_the_value_cap_with_the_key_named() {
+    let data = tempfile::tempdir().unwrap();
+    let notes = support::Skill::load("notes.rhai", data.path());
+    let limits = StorageLimits::default();
+    let item = "y".repeat(1000);
+    let most = 2 * limits.max_value_bytes / item.len();
+    let (err, added) = fill_notes(&notes, &item, most, |_| "shopping".into());
+    let err = err.unwrap_or_else(|| panic!("{most} adds to one list all succeeded"));
+    assert!(err.contains("`list:shopping`"), "{err}");
+    assert!(err.contains("skills.storage_max_value_bytes"), "{err}");
+    assert_eq!(
+        notes.ok("read", ("shopping",)).into_array().unwrap().len(),
+        added
+    );
+    assert!(storage_bytes(data.path()) <= 2 * limits.max_bytes as u64 + 64 * 1024);
 }

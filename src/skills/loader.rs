@@ -76,7 +76,8 @@ fn skill_context(class: &str, settings: &HostSettings) -> Result<Arc<SkillContex
     Ok(Arc::new(SkillContext {
         class: class.to_string(),
         settings: settings.clone(),
-        store: Store::open(&settings.data_dir, class).map_err(|e| e.to_string())?,
+        store: Store::open(&settings.data_dir, class, settings.storage)
+            .map_err(|e| e.to_string())?,
     }))
 }
 
