@@ -503,8 +503,9 @@ pub struct MqttConfig {
     pub topic_prefix: String,
     /// How long a call to another device may take before it fails.
     pub call_timeout_ms: u64,
-    /// Skills other devices may call: `*` (every function that needs no confirmation),
-    /// a class (`VolumeSkill`) or a function (`VolumeSkill.set`). `@no_model`
+    /// Skills other devices may call besides those marked `@remote`: `*` (every
+    /// function that needs no confirmation), a class (`VolumeSkill`) or a function
+    /// (`VolumeSkill.set`). Empty by default: only `@remote` functions. `@no_model`
     /// functions are never callable remotely.
     pub remote_allow: Vec<String>,
     /// Largest call payload accepted or sent, in bytes.
@@ -528,7 +529,7 @@ impl Default for MqttConfig {
             allow_insecure: false,
             topic_prefix: "strawberry".into(),
             call_timeout_ms: 10_000,
-            remote_allow: vec!["*".into()],
+            remote_allow: Vec::new(),
             max_payload_bytes: 64 * 1024,
             max_concurrent_calls: 4,
         }
@@ -1240,7 +1241,10 @@ mod tests {
         let config = Config::load(None, env(&[])).unwrap();
         assert!(config.mqtt.broker.is_empty());
         assert_eq!(config.mqtt.topic_prefix, "strawberry");
-        assert_eq!(config.mqtt.remote_allow, vec!["*".to_string()]);
+        assert!(
+            config.mqtt.remote_allow.is_empty(),
+            "only @remote functions by default"
+        );
         let file =
             write("[mqtt]\nbroker = \"mqtt://hub\"\nca_file = \"ca.pem\"\nkeep_alive_s = 2\n");
         let err = Config::load(Some(file.path()), env(&[]))

@@ -1,6 +1,7 @@
 //! Issue 14 hardening of the edges a skill file, a sound file and `config show` touch,
-//! through the real binary: skill commands do not see the daemon's secrets, a hostile WAV
-//! is refused with a clear error, storage stops at its caps.
+//! mostly through the real binary: skill commands do not see the daemon's secrets, a
+//! hostile WAV is refused with a clear error, storage stops at its caps, `@remote` marks
+//! what other devices may call (tests/mqtt_allow.rs calls them over a real broker).
 
 mod support;
 
@@ -8,6 +9,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use strawberry_spoke::skills::storage::StorageLimits;
+use strawberry_spoke::skills::{Registry, SkillClass};
 
 struct Spoke {
     skills: tempfile::TempDir,
@@ -246,4 +248,147 @@ fn one_list_stops_at_the_value_cap_with_the_key_named() {
         added
     );
     assert!(storage_bytes(data.path()) <= 2 * limits.max_bytes as u64 + 64 * 1024);
+}
+
+/// Loads one skill file written to a temporary folder.
+fn load_skill(text: &str) -> Result<SkillClass, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tagged.rhai");
+    std::fs::write(&path, text).unwrap();
+    Registry::load_file(&path, &support::quick_settings()).map_err(|e| e.to_string())
+}
+
+fn remote_functions(class: &SkillClass) -> Vec<&str> {
+    class
+        .functions
+        .iter()
+        .filter(|f| f.remote)
+        .map(|f| f.name.as_str())
+        .collect()
+}
+
+#[test]
+fn remote_tags_on_functions_and_classes() {
+    let class = load_skill(
+        r#"//! Lights.
+//!
+//! @class Lights
+
+/// Is it on?
+///
+/// @return bool  Whether the light is on.
+/// @remote
+fn is_on() { true }
+
+/// Switch it.
+///
+/// @param on: bool  On or off.
+fn set_on(on) { on }
+"#,
+    )
+    .unwrap();
+    assert_eq!(remote_functions(&class), ["is_on"]);
+
+    let class = load_skill(
+        r#"//! Lights.
+//!
+//! @class Lights
+//! @remote
+
+/// Is it on?
+///
+/// @return bool  Whether the light is on.
+fn is_on() { true }
+
+/// Forget the schedule.
+///
+/// @confirm
+fn forget() { () }
+
+/// Forget the schedule, from anywhere.
+///
+/// @confirm
+/// @remote
+fn forget_anywhere() { () }
+
+/// Maintenance.
+///
+/// @no_model
+fn reset() { () }
+"#,
+    )
+    .unwrap();
+    // The class mark leaves out what asks first or is not for model code.
+    assert_eq!(remote_functions(&class), ["is_on", "forget_anywhere"]);
+
+    let err = load_skill(
+        r#"//! Lights.
+
+/// Maintenance.
+///
+/// @no_model
+/// @remote
+fn reset() { () }
+"#,
+    )
+    .unwrap_err();
+    assert!(err.contains("tagged.rhai:6:5"), "{err}");
+    assert!(err.contains("both `@remote` and `@no_model`"), "{err}");
+}
+
+#[test]
+fn bundled_skills_open_what_is_useful_from_another_room() {
+    let (registry, errors) = Registry::load(&support::skills_dir(), &support::quick_settings());
+    assert!(errors.is_empty(), "{errors:?}");
+    let remote = |name: &str| remote_functions(registry.class(name).unwrap());
+    assert_eq!(
+        remote("ClockSkill"),
+        ["now", "day_of_week", "hours_ahead", "time_until"]
+    );
+    assert_eq!(
+        remote("VolumeSkill"),
+        ["get", "set", "change", "mute", "unmute"]
+    );
+    assert_eq!(
+        remote("SystemSkill"),
+        [
+            "hostname",
+            "uptime",
+            "load",
+            "memory",
+            "cpu_temperature",
+            "summary"
+        ]
+    );
+    assert!(
+        remote("NotesSkill").is_empty(),
+        "{:?}",
+        remote("NotesSkill")
+    );
+
+    // `skills list` says what other devices may call.
+    let spoke = Spoke::new();
+    for file in ["clock.rhai", "notes.rhai"] {
+        std::fs::copy(
+            support::skills_dir().join(file),
+            spoke.skills.path().join(file),
+        )
+        .unwrap();
+    }
+    let listed = succeeded(&spoke.command(&["skills", "list"]).output().unwrap());
+    let line = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("{name} not in:\n{listed}"))
+            .to_string()
+    };
+    assert!(
+        line("now(").contains("[other devices may call]"),
+        "{listed}"
+    );
+    assert!(
+        !line("add(").contains("[other devices may call]"),
+        "{listed}"
+    );
 }
