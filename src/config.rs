@@ -234,8 +234,12 @@ pub struct SandboxConfig {
     pub memory_mib: u64,
     /// Wall-clock time of a script, skill calls excluded.
     pub timeout_ms: u64,
+    /// Wall-clock time of a whole run, skill calls included.
+    pub total_timeout_ms: u64,
     /// Output a script may print.
     pub output_bytes: usize,
+    /// Size of a run's value as JSON.
+    pub result_bytes: usize,
     /// Rhai operations per run.
     pub max_operations: u64,
     /// Longest string.
@@ -567,7 +571,9 @@ impl Default for SandboxConfig {
         SandboxConfig {
             memory_mib: limits.memory_bytes / (1024 * 1024),
             timeout_ms: millis(limits.wall_time),
+            total_timeout_ms: millis(limits.total_time),
             output_bytes: limits.output_bytes,
+            result_bytes: limits.result_bytes,
             max_operations: limits.max_operations,
             max_string_bytes: limits.max_string_size,
             max_array_len: limits.max_array_size,
@@ -613,7 +619,9 @@ impl SandboxConfig {
         Limits {
             memory_bytes: self.memory_mib * 1024 * 1024,
             wall_time: Duration::from_millis(self.timeout_ms),
+            total_time: Duration::from_millis(self.total_timeout_ms),
             output_bytes: self.output_bytes,
+            result_bytes: self.result_bytes,
             max_operations: self.max_operations,
             max_string_size: self.max_string_bytes,
             max_array_size: self.max_array_len,
@@ -749,7 +757,8 @@ impl Config {
 
     /// Rejects values that parse but cannot work.
     fn validate(&self, origin: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
-        let positive: [(&str, u64); 18] = [
+        // A slice, not an array of fixed length: adding a key is then a one-line change.
+        let positive: &[(&str, u64)] = &[
             ("mqtt.call_timeout_ms", self.mqtt.call_timeout_ms),
             ("mqtt.max_payload_bytes", self.mqtt.max_payload_bytes as u64),
             ("hub.connect_timeout_ms", self.hub.connect_timeout_ms),
@@ -761,6 +770,8 @@ impl Config {
             ("stt.threads", self.stt.threads as u64),
             ("sandbox.memory_mib", self.sandbox.memory_mib),
             ("sandbox.timeout_ms", self.sandbox.timeout_ms),
+            ("sandbox.total_timeout_ms", self.sandbox.total_timeout_ms),
+            ("sandbox.result_bytes", self.sandbox.result_bytes as u64),
             ("sandbox.max_operations", self.sandbox.max_operations),
             ("skills.call_timeout_ms", self.skills.call_timeout_ms),
             ("skills.command_timeout_ms", self.skills.command_timeout_ms),
@@ -775,7 +786,7 @@ impl Config {
                 self.skills.storage_max_value_bytes as u64,
             ),
         ];
-        for (key, value) in positive {
+        for &(key, value) in positive {
             if value == 0 {
                 return Err(ConfigError::Invalid {
                     origin: origin(key),

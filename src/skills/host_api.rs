@@ -2,8 +2,9 @@
 //!
 //! Skills are trusted code, but they run inside a daemon that must keep answering: every
 //! function here that can block (commands, HTTP, sleeps) is bounded both by its own
-//! default from [`HostSettings`] and by the time left in the current skill call
-//! ([`super::deadline`]), and every error is a Rhai runtime error whose message says what
+//! default from [`HostSettings`] and by the time left in the current skill call and
+//! sandbox run ([`super::deadline`]), waits in slices so that a cancelled run stops it
+//! within [`deadline::SLICE`], and every error is a Rhai runtime error whose message says what
 //! went wrong and how to fix it, because a hobbyist reads it in a log or the model reads it
 //! in a failed call. `skills/README.md` is the user-facing reference for this list.
 
@@ -93,6 +94,26 @@ fn human(d: Duration) -> String {
         format!("{} s", d.as_secs_f64())
     } else {
         format!("{ms} ms")
+    }
+}
+
+/// What shortened a blocking function's own timeout, for its timeout message.
+fn cut_short_by() -> &'static str {
+    if deadline::bound_by_run() {
+        " (the time left in this run; sandbox.total_timeout_ms)"
+    } else {
+        " (the time left in this skill call; settings.call_timeout)"
+    }
+}
+
+/// Why a wait ended before its time: the run was cancelled, or its time is up.
+fn stopped_early() -> &'static str {
+    if deadline::cancelled() {
+        "stopped because the request it served was cancelled"
+    } else if deadline::bound_by_run() {
+        "stopped because the run's time ran out (sandbox.total_timeout_ms)"
+    } else {
+        "stopped because this skill call's time ran out (settings.call_timeout)"
     }
 }
 
@@ -276,8 +297,9 @@ fn register_time(engine: &mut Engine) {
         }
         let wanted = Duration::from_millis(ms.unsigned_abs());
         let allowed = deadline::bounded(wanted);
-        if allowed < wanted {
+        if allowed < wanted && !deadline::bound_by_run() {
             // Failing now beats sleeping into a timeout: the call cannot succeed anyway.
+            // (When the run's total is the bound, the run ends then and says so.)
             return Err(format!(
                 "sleep_ms({ms}) would outlast this skill call: only {} left \
                  (settings.call_timeout)",
@@ -285,8 +307,11 @@ fn register_time(engine: &mut Engine) {
             )
             .into());
         }
-        std::thread::sleep(wanted);
-        Ok(())
+        if deadline::sleep(wanted) {
+            Ok(())
+        } else {
+            Err(format!("sleep_ms({ms}): {}", stopped_early()).into())
+        }
     });
 }
 

@@ -115,7 +115,8 @@ fn command(program: &str, args: &Array, opts: &Map, default: Duration) -> HostRe
         })
         .collect();
     let timeout = deadline::bounded(wanted);
-    let out = run(program, &args, &env, stdin, timeout, timeout < wanted)?;
+    let cut_by = (timeout < wanted).then(super::cut_short_by);
+    let out = run(program, &args, &env, stdin, timeout, cut_by)?;
     let mut m = Map::new();
     m.insert("code".into(), i64::from(out.code).into());
     m.insert("stdout".into(), out.stdout.into());
@@ -166,15 +167,20 @@ pub(super) enum CommandError {
     },
     /// The program ran too long and was killed.
     #[error("command `{program}` timed out after {} and was killed{}", human(*.after),
-        if *.by_call { " (the time left in this skill call; settings.call_timeout)" }
-        else { " (raise it with #{timeout_ms: ...} or settings.command_timeout)" })]
+        .cut_by.unwrap_or(" (raise it with #{timeout_ms: ...} or settings.command_timeout)"))]
     TimedOut {
         /// The program asked for.
         program: String,
         /// The timeout that expired.
         after: Duration,
-        /// Whether the skill call's deadline, not the command's own timeout, was the bound.
-        by_call: bool,
+        /// What cut the command's own timeout short, from [`super::cut_short_by`].
+        cut_by: Option<&'static str>,
+    },
+    /// The sandbox run the command worked for was cancelled, so it was killed.
+    #[error("command `{program}` was killed: the request it served was cancelled")]
+    Cancelled {
+        /// The program asked for.
+        program: String,
     },
 }
 
@@ -222,13 +228,13 @@ pub(super) fn run(
     env: &[(String, String)],
     stdin: Option<String>,
     timeout: Duration,
-    by_call: bool,
+    cut_by: Option<&'static str>,
 ) -> Result<Output, CommandError> {
     let path = resolve(program)?;
     let timed_out = || CommandError::TimedOut {
         program: program.to_string(),
         after: timeout,
-        by_call,
+        cut_by,
     };
     if timeout.is_zero() {
         return Err(timed_out());
@@ -268,6 +274,11 @@ pub(super) fn run(
         Ok(Some(status)) => status,
         Ok(None) => {
             kill_group(&mut child);
+            if deadline::cancelled() {
+                return Err(CommandError::Cancelled {
+                    program: program.to_string(),
+                });
+            }
             return Err(timed_out());
         }
         Err(source) => {
@@ -345,7 +356,8 @@ fn take(c: &Mutex<Captured>) -> (String, bool) {
     (String::from_utf8_lossy(&c.bytes).into_owned(), c.truncated)
 }
 
-/// Polls the child until it exits or `until` passes; `Ok(None)` means still running.
+/// Polls the child until it exits, `until` passes or the run it serves is cancelled;
+/// `Ok(None)` means still running.
 fn wait_until(child: &mut Child, until: Instant) -> io::Result<Option<ExitStatus>> {
     // Short first naps keep fast commands fast; later ones keep the polling cheap.
     let mut nap = Duration::from_millis(1);
@@ -354,9 +366,10 @@ fn wait_until(child: &mut Child, until: Instant) -> io::Result<Option<ExitStatus
             return Ok(Some(status));
         }
         let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        if left.is_zero() || deadline::cancelled() {
             return Ok(None);
         }
+        // Naps stay below `deadline::SLICE`, so a cancellation is noticed in time.
         thread::sleep(nap.min(left));
         nap = (nap * 2).min(Duration::from_millis(20));
     }
