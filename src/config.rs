@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::hub::CodeMode;
 use crate::sandbox::Limits;
 use crate::skills::host_api::HostSettings;
+use crate::skills::storage::StorageLimits;
 use crate::wake::{ScoreMode, Settings as WakeSettings, Vad, WakeError, WakeWord};
 
 /// Where the daemon looks for its config when `--config` is not given.
@@ -219,6 +220,10 @@ pub struct SkillsConfig {
     pub http_max_bytes: usize,
     /// Largest file `read_file` returns.
     pub file_max_bytes: usize,
+    /// Most bytes one skill may keep in its storage, keys and values as JSON.
+    pub storage_max_bytes: usize,
+    /// Largest single value a skill may store, as JSON.
+    pub storage_max_value_bytes: usize,
 }
 
 /// `[sandbox]`: limits for every run of model-written code.
@@ -502,8 +507,9 @@ pub struct MqttConfig {
     pub topic_prefix: String,
     /// How long a call to another device may take before it fails.
     pub call_timeout_ms: u64,
-    /// Skills other devices may call: `*` (every function that needs no confirmation),
-    /// a class (`VolumeSkill`) or a function (`VolumeSkill.set`). `@no_model`
+    /// Skills other devices may call besides those marked `@remote`: `*` (every
+    /// function that needs no confirmation), a class (`VolumeSkill`) or a function
+    /// (`VolumeSkill.set`). Empty by default: only `@remote` functions. `@no_model`
     /// functions are never callable remotely.
     pub remote_allow: Vec<String>,
     /// Largest call payload accepted or sent, in bytes.
@@ -542,7 +548,7 @@ impl Default for MqttConfig {
             allow_insecure: false,
             topic_prefix: "strawberry".into(),
             call_timeout_ms: 10_000,
-            remote_allow: vec!["*".into()],
+            remote_allow: Vec::new(),
             max_payload_bytes: 64 * 1024,
             max_concurrent_calls: 4,
             max_registration_bytes: 256 * 1024,
@@ -575,6 +581,8 @@ impl Default for SkillsConfig {
             http_timeout_ms: millis(host.http_timeout),
             http_max_bytes: host.http_max_bytes,
             file_max_bytes: host.file_max_bytes,
+            storage_max_bytes: host.storage.max_bytes,
+            storage_max_value_bytes: host.storage.max_value_bytes,
         }
     }
 }
@@ -656,6 +664,10 @@ impl Config {
             http_timeout: Duration::from_millis(self.skills.http_timeout_ms),
             http_max_bytes: self.skills.http_max_bytes,
             file_max_bytes: self.skills.file_max_bytes,
+            storage: StorageLimits {
+                max_bytes: self.skills.storage_max_bytes,
+                max_value_bytes: self.skills.storage_max_value_bytes,
+            },
         }
     }
 
@@ -767,7 +779,8 @@ impl Config {
 
     /// Rejects values that parse but cannot work.
     fn validate(&self, origin: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
-        let positive: [(&str, u64); 18] = [
+        // A slice, not an array of fixed length: adding a key is then a one-line change.
+        let positive: &[(&str, u64)] = &[
             ("mqtt.call_timeout_ms", self.mqtt.call_timeout_ms),
             ("mqtt.max_payload_bytes", self.mqtt.max_payload_bytes as u64),
             ("hub.connect_timeout_ms", self.hub.connect_timeout_ms),
@@ -786,8 +799,16 @@ impl Config {
             ("skills.command_timeout_ms", self.skills.command_timeout_ms),
             ("skills.http_timeout_ms", self.skills.http_timeout_ms),
             ("skills.http_max_bytes", self.skills.http_max_bytes as u64),
+            (
+                "skills.storage_max_bytes",
+                self.skills.storage_max_bytes as u64,
+            ),
+            (
+                "skills.storage_max_value_bytes",
+                self.skills.storage_max_value_bytes as u64,
+            ),
         ];
-        for (key, value) in positive {
+        for &(key, value) in positive {
             if value == 0 {
                 return Err(ConfigError::Invalid {
                     origin: origin(key),
@@ -1081,18 +1102,35 @@ fn insert(table: &mut toml::Table, key: &[String], value: toml::Value) {
     current.insert(last.clone(), value);
 }
 
+/// Masks secrets wherever they are: values of secret-named keys (also inside arrays and
+/// arrays of tables such as `hub.endpoints`) and passwords in URLs (`mqtt://u:p@host`).
 fn mask_secrets(table: &mut toml::Table) {
     for (key, value) in table.iter_mut() {
-        match value {
-            toml::Value::Table(inner) => mask_secrets(inner),
-            toml::Value::String(s)
-                if !s.is_empty() && SECRET_KEY_PARTS.iter().any(|p| key.contains(p)) =>
-            {
-                *s = "********".into();
-            }
-            _ => {}
-        }
+        mask_value(SECRET_KEY_PARTS.iter().any(|p| key.contains(p)), value);
     }
+}
+
+fn mask_value(secret: bool, value: &mut toml::Value) {
+    match value {
+        toml::Value::Table(inner) => mask_secrets(inner),
+        toml::Value::Array(items) => items.iter_mut().for_each(|v| mask_value(secret, v)),
+        toml::Value::String(s) if secret && !s.is_empty() => *s = "********".into(),
+        toml::Value::String(s) => {
+            if let Some(masked) = mask_url_password(s) {
+                *s = masked;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `scheme://user:password@host...` with the password masked; `None` when there is none.
+fn mask_url_password(s: &str) -> Option<String> {
+    let (scheme, rest) = s.split_once("://")?;
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let at = rest[..authority_end].rfind('@')?;
+    let (user, password) = rest[..at].split_once(':')?;
+    (!password.is_empty()).then(|| format!("{scheme}://{user}:********{}", &rest[at..]))
 }
 
 fn millis(d: Duration) -> u64 {
@@ -1260,7 +1298,10 @@ mod tests {
         let config = Config::load(None, env(&[])).unwrap();
         assert!(config.mqtt.broker.is_empty());
         assert_eq!(config.mqtt.topic_prefix, "strawberry");
-        assert_eq!(config.mqtt.remote_allow, vec!["*".to_string()]);
+        assert!(
+            config.mqtt.remote_allow.is_empty(),
+            "only @remote functions by default"
+        );
         let file =
             write("[mqtt]\nbroker = \"mqtt://hub\"\nca_file = \"ca.pem\"\nkeep_alive_s = 2\n");
         let err = Config::load(Some(file.path()), env(&[]))
@@ -1506,6 +1547,42 @@ mod tests {
         assert!(
             !text.contains("sk-123") && text.contains("********") && text.contains("gemma"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn show_masks_secrets_inside_arrays_and_urls() {
+        let mut table: toml::Table = toml::from_str(
+            r#"
+            [[hub.endpoints]]
+            url = "https://bob:hunter2@llm.example/v1"
+            model = "gemma"
+            api_key = "sk-in-array"
+            [[hub.endpoints]]
+            url = "http://localhost:8080"
+            model = "small"
+            [mqtt]
+            tokens = ["tok-1", "tok-2"]
+            url = "mqtts://spoke@broker:8883"
+            "#,
+        )
+        .unwrap();
+        mask_secrets(&mut table);
+        let text = toml::to_string(&table).unwrap();
+        for secret in ["sk-in-array", "hunter2", "tok-1", "tok-2"] {
+            assert!(!text.contains(secret), "{secret} shown in:\n{text}");
+        }
+        let endpoints = table["hub"]["endpoints"].as_array().unwrap();
+        assert_eq!(endpoints[0]["api_key"].as_str(), Some("********"));
+        assert_eq!(
+            endpoints[0]["url"].as_str(),
+            Some("https://bob:********@llm.example/v1")
+        );
+        assert_eq!(endpoints[1]["url"].as_str(), Some("http://localhost:8080"));
+        assert_eq!(endpoints[1]["model"].as_str(), Some("small"));
+        assert_eq!(
+            table["mqtt"]["url"].as_str(),
+            Some("mqtts://spoke@broker:8883")
         );
     }
 }

@@ -318,6 +318,8 @@ impl FunctionEntry {
             docstring: self.docstring.clone(),
             confirm: self.confirm,
             model_callable: true,
+            // A peer registers only what it lets other devices call.
+            remote: true,
             file: Default::default(),
             line: 0,
         })

@@ -210,7 +210,7 @@ impl Server {
                 format!("{qualified} can never be called from another device")
             } else {
                 format!(
-                    "{qualified} is not open to other devices; add it to mqtt.remote_allow on `{}`",
+                    "{qualified} is not open to other devices; mark it `@remote` in its skill file or add it to mqtt.remote_allow on `{}`",
                     self.device_name
                 )
             });

@@ -68,7 +68,11 @@ impl Broker {
     }
 }
 
-/// The skills other devices may call (`mqtt.remote_allow`).
+/// The skills other devices may call: those their skill file marks `@remote`, plus those
+/// `mqtt.remote_allow` names.
+///
+/// Why opt-in: any client of the broker can call what is open, so a function that stores
+/// or reveals something (notes, a command) must not be open just because it exists.
 #[derive(Debug, Clone)]
 pub struct AllowList(Vec<String>);
 
@@ -78,14 +82,16 @@ impl AllowList {
         AllowList(entries)
     }
 
-    /// Whether other devices may call `f`: never a `@no_model` function; a `@confirm`
-    /// function only when named by class or function, not through `*`.
+    /// Whether other devices may call `f`: never a `@no_model` function; a `@remote` one
+    /// always; otherwise when `mqtt.remote_allow` names it, its class, or `*` (which
+    /// leaves out `@confirm` functions).
     pub fn permits(&self, f: &SkillFunction) -> bool {
         f.model_callable
-            && self
-                .0
-                .iter()
-                .any(|e| (e == "*" && !f.confirm) || *e == f.class || *e == f.qualified_name())
+            && (f.remote
+                || self
+                    .0
+                    .iter()
+                    .any(|e| (e == "*" && !f.confirm) || *e == f.class || *e == f.qualified_name()))
     }
 }
 

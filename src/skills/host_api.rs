@@ -20,7 +20,7 @@ use jiff::tz::TimeZone;
 use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Map};
 
 use super::deadline;
-use super::storage::Store;
+use super::storage::{StorageLimits, Store};
 
 /// What skills may do on the host, from the `[skills]` config section.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +37,8 @@ pub struct HostSettings {
     pub http_max_bytes: usize,
     /// Largest file `read_file` returns, in bytes.
     pub file_max_bytes: usize,
+    /// How much each skill may keep in its storage.
+    pub storage: StorageLimits,
 }
 
 impl Default for HostSettings {
@@ -47,6 +49,7 @@ impl Default for HostSettings {
     /// - `http_timeout`: 5 s; a local or nearby API, not a download.
     /// - `http_max_bytes`: 1 MiB; plenty for JSON APIs, bounded on a 512 MB board.
     /// - `file_max_bytes`: 1 MiB; `/proc` and `/sys` files and small configs.
+    /// - `storage`: see [`StorageLimits::default`].
     fn default() -> Self {
         HostSettings {
             data_dir: PathBuf::from("/var/lib/strawberry-spoke"),
@@ -55,6 +58,7 @@ impl Default for HostSettings {
             http_timeout: Duration::from_secs(5),
             http_max_bytes: 1024 * 1024,
             file_max_bytes: 1024 * 1024,
+            storage: StorageLimits::default(),
         }
     }
 }
@@ -157,7 +161,7 @@ fn to_dynamic(func: &str, value: &serde_json::Value) -> HostResult<Dynamic> {
 fn register_storage(engine: &mut Engine, ctx: &Arc<SkillContext>) {
     let c = ctx.clone();
     engine.register_fn("storage_get", move |key: &str| -> HostResult<Dynamic> {
-        match c.store.get(key) {
+        match c.store.get(key).map_err(|e| format!("storage_get: {e}"))? {
             Some(v) => to_dynamic("storage_get", &v),
             None => Ok(Dynamic::UNIT),
         }
@@ -166,7 +170,7 @@ fn register_storage(engine: &mut Engine, ctx: &Arc<SkillContext>) {
     engine.register_fn(
         "storage_get",
         move |key: &str, default: Dynamic| -> HostResult<Dynamic> {
-            match c.store.get(key) {
+            match c.store.get(key).map_err(|e| format!("storage_get: {e}"))? {
                 Some(v) => to_dynamic("storage_get", &v),
                 None => Ok(default),
             }
@@ -189,8 +193,9 @@ fn register_storage(engine: &mut Engine, ctx: &Arc<SkillContext>) {
             .map_err(|e| format!("storage_remove: {e}").into())
     });
     let c = ctx.clone();
-    engine.register_fn("storage_keys", move || -> rhai::Array {
-        c.store.keys().into_iter().map(Dynamic::from).collect()
+    engine.register_fn("storage_keys", move || -> HostResult<rhai::Array> {
+        let keys = c.store.keys().map_err(|e| format!("storage_keys: {e}"))?;
+        Ok(keys.into_iter().map(Dynamic::from).collect())
     });
 }
 

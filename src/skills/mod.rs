@@ -130,6 +130,9 @@ pub struct SkillFunction {
     pub confirm: bool,
     /// `false` when marked `@no_model`: only a person (CLI) may call it.
     pub model_callable: bool,
+    /// `@remote` (or the class's `//! @remote`): other devices may call it without
+    /// `mqtt.remote_allow` naming it.
+    pub remote: bool,
     /// The file that defines it.
     pub file: PathBuf,
     /// The 1-based line of its `fn`.

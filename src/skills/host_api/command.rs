@@ -4,6 +4,9 @@
 //! process group, so a timeout kills whatever it started too (no orphans), and it is
 //! always waited for (no zombies). Its output is read on threads while it runs (a chatty
 //! child never blocks on a full pipe) and capped at [`OUTPUT_MAX_BYTES`] per stream.
+//! It starts with a clean environment ([`INHERITED_ENV`] plus what the skill passes in
+//! `env`): the daemon's own environment holds secrets (API keys,
+//! `STRAWBERRY_SPOKE__MQTT__PASSWORD`) that a program run on the model's behalf must not see.
 
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
@@ -31,6 +34,22 @@ const PIPE_GRACE: Duration = Duration::from_millis(200);
 
 /// Where to find a program when `PATH` is unset (what most shells assume).
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The variables a command inherits from the daemon: where programs are, who and where
+/// we are, language and time zone, and how to reach the session's sound and D-Bus (amixer
+/// via PipeWire, playerctl). Everything else, secrets included, is left behind.
+const INHERITED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "XDG_RUNTIME_DIR",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "PULSE_SERVER",
+];
 
 /// Debian packages of commands skills commonly run, for the "not found" message.
 const PACKAGES: &[(&str, &str)] = &[
@@ -63,7 +82,7 @@ pub(super) fn register(engine: &mut Engine, ctx: &Arc<SkillContext>) {
 }
 
 fn command(program: &str, args: &Array, opts: &Map, default: Duration) -> HostResult<Map> {
-    check_options("command", opts, &["timeout_ms", "stdin"])?;
+    check_options("command", opts, &["timeout_ms", "stdin", "env"])?;
     let wanted = timeout_option("command", opts)?.unwrap_or(default);
     let stdin = match opts.get("stdin") {
         None => None,
@@ -71,6 +90,21 @@ fn command(program: &str, args: &Array, opts: &Map, default: Duration) -> HostRe
         Some(v) => {
             return Err(format!("command: option stdin must be a string, got {v}").into());
         }
+    };
+    let env = match opts.get("env") {
+        None => Vec::new(),
+        Some(v) => match v.read_lock::<Map>() {
+            Some(m) => m
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            None => {
+                return Err(format!(
+                    "command: option env must be a map of names to values, got {v}"
+                )
+                .into());
+            }
+        },
     };
     let args: Vec<String> = args
         .iter()
@@ -82,7 +116,7 @@ fn command(program: &str, args: &Array, opts: &Map, default: Duration) -> HostRe
         .collect();
     let timeout = deadline::bounded(wanted);
     let cut_by = (timeout < wanted).then(super::cut_short_by);
-    let out = run(program, &args, stdin, timeout, cut_by)?;
+    let out = run(program, &args, &env, stdin, timeout, cut_by)?;
     let mut m = Map::new();
     m.insert("code".into(), i64::from(out.code).into());
     m.insert("stdout".into(), out.stdout.into());
@@ -186,10 +220,12 @@ fn resolve(program: &str) -> Result<PathBuf, CommandError> {
     })
 }
 
-/// Runs `program` with `args`, feeding it `stdin`, for at most `timeout`.
+/// Runs `program` with `args` and a clean environment plus `env`, feeding it `stdin`,
+/// for at most `timeout`.
 pub(super) fn run(
     program: &str,
     args: &[String],
+    env: &[(String, String)],
     stdin: Option<String>,
     timeout: Duration,
     cut_by: Option<&'static str>,
@@ -207,6 +243,9 @@ pub(super) fn run(
         // argv[0] as the user wrote it, so the program's own messages say `df:`, not `/usr/bin/df:`.
         .arg0(program)
         .args(args)
+        .env_clear()
+        .envs(clean_env())
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -264,6 +303,14 @@ pub(super) fn run(
         stdout,
         stderr,
         truncated: cut_out || cut_err,
+    })
+}
+
+/// The part of the daemon's environment a command inherits: [`INHERITED_ENV`] and `LC_*`.
+fn clean_env() -> impl Iterator<Item = (OsString, OsString)> {
+    std::env::vars_os().filter(|(name, _)| {
+        name.to_str()
+            .is_some_and(|n| INHERITED_ENV.contains(&n) || n.starts_with("LC_"))
     })
 }
 
