@@ -118,8 +118,18 @@ pub struct HubConfig {
     pub chunk_timeout_ms: u64,
     /// How long an endpoint that failed is skipped before it is tried again.
     pub retry_down_after_ms: u64,
-    /// Largest reply (text) accepted in one round; an endless reply is stopped here.
+    /// Largest reply (text, and tool-call ids, names and arguments) accepted in one
+    /// round; an endless reply is stopped here.
     pub max_reply_bytes: usize,
+    /// Largest single SSE line or event of a streamed reply.
+    pub max_event_bytes: usize,
+    /// Most tool calls in one reply; a call with a higher index ends the round.
+    pub max_tool_calls: usize,
+    /// Most bytes of an error answer (4xx/5xx) read; the rest is not read.
+    pub max_error_body_bytes: usize,
+    /// Send an API key over plain `http` to a host that is not this machine (off by
+    /// default: the endpoint is refused at start).
+    pub allow_insecure: bool,
     /// Most tokens the model may generate in one round (`max_tokens` in the
     /// request), so a rambling model ends on the server's side too.
     pub max_tokens: u32,
@@ -174,6 +184,10 @@ impl Default for HubConfig {
             chunk_timeout_ms: 15_000,
             retry_down_after_ms: 60_000,
             max_reply_bytes: 32 * 1024,
+            max_event_bytes: 1 << 20,
+            max_tool_calls: 16,
+            max_error_body_bytes: 64 * 1024,
+            allow_insecure: false,
             max_tokens: 1024,
             ca_file: None,
             mode: CodeMode::Fenced,
@@ -787,6 +801,12 @@ impl Config {
             ("hub.first_byte_timeout_ms", self.hub.first_byte_timeout_ms),
             ("hub.chunk_timeout_ms", self.hub.chunk_timeout_ms),
             ("hub.max_reply_bytes", self.hub.max_reply_bytes as u64),
+            ("hub.max_event_bytes", self.hub.max_event_bytes as u64),
+            ("hub.max_tool_calls", self.hub.max_tool_calls as u64),
+            (
+                "hub.max_error_body_bytes",
+                self.hub.max_error_body_bytes as u64,
+            ),
             ("hub.max_tokens", u64::from(self.hub.max_tokens)),
             ("agent.max_rounds", u64::from(self.agent.max_rounds)),
             ("stt.threads", self.stt.threads as u64),
@@ -868,6 +888,19 @@ impl Config {
                 origin: origin("hub.endpoints"),
                 key: "hub.endpoints".into(),
                 message: "at least one endpoint is needed, e.g. [{ url = \"http://localhost:8080/v1\", model = \"default\" }]".into(),
+            });
+        }
+        // Refused here rather than at the first request: the person learns it at start.
+        if let Some(refusal) = self
+            .hub
+            .endpoints
+            .iter()
+            .find_map(|e| crate::hub::plain_http_refusal(e, self.hub.allow_insecure))
+        {
+            return Err(ConfigError::Invalid {
+                origin: origin("hub.endpoints"),
+                key: "hub.endpoints".into(),
+                message: refusal,
             });
         }
         if self.sandbox.memory_mib > 4095 {
@@ -1330,7 +1363,7 @@ mod tests {
         let path = dir.path().join("config.toml");
         std::fs::write(
             &path,
-            "[hub]\nmode = \"tools\"\nendpoints = [{ url = \"http://hub:8080\", model = \"big\", api_key_file = \"key\" }, { url = \"http://localhost:8081/v1\", model = \"small\" }]\n",
+            "[hub]\nmode = \"tools\"\nendpoints = [{ url = \"https://hub:8443\", model = \"big\", api_key_file = \"key\" }, { url = \"http://localhost:8081/v1\", model = \"small\" }]\n",
         )
         .unwrap();
         let config = Config::load(
@@ -1354,6 +1387,40 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("hub.mode"), "{err}");
+    }
+
+    #[test]
+    fn api_key_over_plain_http_off_loopback_is_refused_at_load() {
+        let endpoints = |url: &str| {
+            format!(
+                "[hub]\nendpoints = [{{ url = \"{url}\", model = \"m\", api_key_env = \"K\" }}]\n"
+            )
+        };
+        let file = write(&endpoints("http://hub.lan:8080/v1"));
+        let err = Config::load(Some(file.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("hub.endpoints"), "{err}");
+        assert!(err.contains("http://hub.lan:8080/v1"), "{err}");
+        assert!(err.contains("use https://"), "{err}");
+        assert!(err.contains("hub.allow_insecure = true"), "{err}");
+        let config = Config::load(
+            Some(file.path()),
+            env(&[("STRAWBERRY_SPOKE__HUB__ALLOW_INSECURE", "true")]),
+        )
+        .unwrap();
+        assert!(config.hub.allow_insecure);
+        for fine in [
+            "https://hub.lan:8443/v1",
+            "http://localhost:8080",
+            "http://127.0.0.2:8080",
+            "http://[::1]:8080",
+        ] {
+            let file = write(&endpoints(fine));
+            Config::load(Some(file.path()), env(&[])).unwrap();
+        }
+        let file = write("[hub]\nendpoints = [{ url = \"http://hub.lan:8080\", model = \"m\" }]\n");
+        Config::load(Some(file.path()), env(&[])).unwrap();
     }
 
     #[test]
