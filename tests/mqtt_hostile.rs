@@ -88,12 +88,19 @@ struct SpokeDir {
 }
 
 impl SpokeDir {
+    /// Skills are open to other devices (`remote_allow = ["*"]`) unless `extra` says
+    /// otherwise: these tests are about what crosses the link, not the allow-list.
     fn new(name: &str, id: &str, broker: &str, extra: &str) -> SpokeDir {
         let dir = tempfile::tempdir().unwrap();
+        let open = if extra.contains("remote_allow") {
+            ""
+        } else {
+            "remote_allow = [\"*\"]\n"
+        };
         std::fs::create_dir(dir.path().join("skills")).unwrap();
         let config = format!(
             "[device]\nname = \"{name}\"\ndata_dir = \"data\"\n\n[skills]\ndir = \"skills\"\ncall_timeout_ms = 1000\n\n\
-             [mqtt]\nbroker = \"{broker}\"\ndevice_id = \"{id}\"\ncall_timeout_ms = 3000\n{extra}\n"
+             [mqtt]\nbroker = \"{broker}\"\ndevice_id = \"{id}\"\ncall_timeout_ms = 3000\n{open}{extra}\n"
         );
         std::fs::write(dir.path().join("config.toml"), config).unwrap();
         SpokeDir { dir }
