@@ -203,9 +203,17 @@ impl Pipeline {
                 event = rx.recv() => match event {
                     Some(event @ TurnEvent::Confirm { .. }) => {
                         report(Step::Turn(&event));
-                        if let TurnEvent::Confirm { question, reply, .. } = event {
-                            let yes = self.confirm(&question, report).await;
-                            let _ = reply.send(yes);
+                        if let TurnEvent::Confirm { question, mut reply, .. } = event {
+                            // The run may stop waiting first (its time is up): then
+                            // so does the question.
+                            tokio::select! {
+                                yes = self.confirm(&question, report) => {
+                                    let _ = reply.send(yes);
+                                }
+                                _ = reply.closed() => {
+                                    tracing::info!("the run stopped waiting for the answer");
+                                }
+                            }
                         }
                         spoke = true;
                     }
