@@ -423,6 +423,9 @@ pub struct VadConfig {
     /// After a reply that asks something, listen this long for the answer without the
     /// wake word (0: never).
     pub follow_up_ms: u64,
+    /// After asking to confirm a `@confirm` call, listen this long for speech to start
+    /// (yes or no, without the wake word); nobody speaking is a no.
+    pub confirm_ms: u64,
 }
 
 impl Default for VadConfig {
@@ -434,6 +437,7 @@ impl Default for VadConfig {
             no_speech_timeout_ms: vad.no_speech_timeout_ms,
             threshold_db: vad.threshold_db,
             follow_up_ms: 5_000,
+            confirm_ms: 8_000,
         }
     }
 }
@@ -955,6 +959,7 @@ impl Config {
             ),
             ("vad.hangover_ms", vad.hangover_ms, 100, 5_000),
             ("vad.follow_up_ms", vad.follow_up_ms, 0, 60_000),
+            ("vad.confirm_ms", vad.confirm_ms, 500, 60_000),
             ("tts.timeout_ms", self.tts.timeout_ms, 100, 120_000),
             ("vad.max_utterance_ms", vad.max_utterance_ms, 1_000, 120_000),
             (
@@ -978,6 +983,15 @@ impl Config {
                 format!(
                     "{} is below audio.retry_min_ms ({}): the cap must be at least the first wait",
                     audio.retry_max_ms, audio.retry_min_ms
+                ),
+            ));
+        }
+        if vad.confirm_ms >= self.sandbox.total_timeout_ms {
+            return Err(invalid(
+                "vad.confirm_ms",
+                format!(
+                    "{} is not below sandbox.total_timeout_ms ({}): a yes or no is waited for inside the run's time, so it would never be heard; lower it or raise the run's time",
+                    vad.confirm_ms, self.sandbox.total_timeout_ms
                 ),
             ));
         }
@@ -1512,6 +1526,19 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("audio.retry_max_ms"), "{err}");
+        let err = Config::load(
+            None,
+            env(&[
+                ("STRAWBERRY_SPOKE__VAD__CONFIRM_MS", "20000"),
+                ("STRAWBERRY_SPOKE__SANDBOX__TOTAL_TIMEOUT_MS", "15000"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("vad.confirm_ms") && err.contains("sandbox.total_timeout_ms"),
+            "{err}"
+        );
         let err = Config::load(
             None,
             env(&[("STRAWBERRY_SPOKE__AUDIO__INPUT_FORMAT", "s16")]),

@@ -27,19 +27,31 @@ use crate::skills::{Registry, SkillClass, SkillFunction};
 /// How many results `device.search_skills` returns at most.
 const SEARCH_LIMIT: usize = 20;
 
+/// A call to a `@confirm` function waiting for a person's yes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Asking {
+    /// The call, readable: `NotesSkill.clear("shopping")`, with ` on Kitchen` when
+    /// another device hosts it.
+    pub call: String,
+    /// The same as a question to say aloud: "Shall I clear a list, with name shopping?"
+    pub question: String,
+}
+
 /// Asks a person whether a skill call marked `@confirm` may run.
 pub trait Confirm: Send + Sync {
-    /// Returns true when the person agreed to `call`, a readable rendering of the call.
-    fn confirm(&self, call: &str) -> bool;
+    /// Returns true when the person agreed to the call.
+    fn confirm(&self, asking: &Asking) -> bool;
 }
 
 /// Asks on the terminal; says no when there is no terminal to ask on.
 pub struct ConsoleConfirm;
 
 impl Confirm for ConsoleConfirm {
-    fn confirm(&self, call: &str) -> bool {
+    fn confirm(&self, asking: &Asking) -> bool {
+        let call = &asking.call;
         let stdin = std::io::stdin();
         if !stdin.is_terminal() {
+            tracing::warn!(call = %call, "no terminal to ask on: taken as a no");
             return false;
         }
         let mut stderr = std::io::stderr();
@@ -62,7 +74,7 @@ impl Confirm for ConsoleConfirm {
 pub struct NeverConfirm;
 
 impl Confirm for NeverConfirm {
-    fn confirm(&self, _call: &str) -> bool {
+    fn confirm(&self, _asking: &Asking) -> bool {
         false
     }
 }
@@ -270,10 +282,7 @@ impl Device {
             ));
         }
         if f.confirm {
-            let rendered = format!("{qualified}({})", render_args(args));
-            if !self.confirm.confirm(&rendered) {
-                return Err(format!("the user did not allow {rendered}"));
-            }
+            self.ask(f, args, None)?;
         }
         registry
             .call(class, function, args)
@@ -319,8 +328,42 @@ impl Device {
             }
         })?;
         let (id, name, f) = found;
-        crate::skills::bind(&f, args).map_err(|e| e.to_string())?;
-        link.call_blocking(&id, &name, class, function, args)
+        self.call_remote(link, (&id, &name), &f, args)
+    }
+
+    /// Calls `f` on the device `(id, name)`. A `@confirm` function is confirmed here,
+    /// by the person this conversation is with, and the yes travels with the call:
+    /// the host has nobody to ask.
+    fn call_remote(
+        &self,
+        link: &Link,
+        (id, name): (&str, &str),
+        f: &SkillFunction,
+        args: &[Value],
+    ) -> Result<Value, String> {
+        crate::skills::bind(f, args).map_err(|e| e.to_string())?;
+        if f.confirm {
+            self.ask(f, args, Some(name))?;
+        }
+        link.call_blocking_as(id, name, &f.class, &f.name, args, f.confirm)
+    }
+
+    /// Asks the person whether `f(args)` may run (on the device `on`, when not here);
+    /// a no is an error the model reads.
+    fn ask(&self, f: &SkillFunction, args: &[Value], on: Option<&str>) -> Result<(), String> {
+        let mut call = format!("{}({})", f.qualified_name(), render_args(args));
+        if let Some(on) = on {
+            call.push_str(&format!(" on {on}"));
+        }
+        let asking = Asking {
+            question: question(f, args, on),
+            call,
+        };
+        if self.confirm.confirm(&asking) {
+            Ok(())
+        } else {
+            Err(format!("the user said no to {}", asking.call))
+        }
     }
 
     /// A call this device cannot serve itself: to the one online device that can.
@@ -359,11 +402,7 @@ impl Device {
                     .join(", "),
                 if offline.len() == 1 { "is" } else { "are" }
             ))),
-            [(id, name, f)] => Some(
-                crate::skills::bind(f, args)
-                    .map_err(|e| e.to_string())
-                    .and_then(|_| link.call_blocking(id, name, class, function, args)),
-            ),
+            [(id, name, f)] => Some(self.call_remote(link, (id, name), f, args)),
             many => {
                 let names: Vec<String> = many.iter().map(|(_, n, _)| normalise(n)).collect();
                 Some(Err(format!(
@@ -516,9 +555,126 @@ fn render_args(args: &[Value]) -> String {
         .join(", ")
 }
 
+/// Words that end like a verb's "-s" but start a summary that is no request.
+const NOT_VERBS: [&str; 9] = ["this", "is", "has", "was", "its", "his", "as", "us", "yes"];
+
+/// The question a person is asked before `f(args)` runs (on the device `on`): the
+/// function's summary turned into a request, "Clears the shopping list." becoming
+/// "Shall I clear the shopping list?", with the argument values by name.
+pub fn question(f: &SkillFunction, args: &[Value], on: Option<&str>) -> String {
+    let what = request(&f.summary).unwrap_or_else(|| format!("run {} of {}", f.name, f.class));
+    let mut text = format!("Shall I {what}");
+    let named: Vec<(String, String)> = match args {
+        [Value::Object(map)] => map.iter().map(|(k, v)| (k.clone(), spoken(v))).collect(),
+        _ => args
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let name = f.params.get(i).map_or("value", |p| p.name.as_str());
+                (name.replace('_', " "), spoken(v))
+            })
+            .collect(),
+    };
+    let parts: Vec<String> = named.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    if !parts.is_empty() {
+        text.push_str(", with ");
+        text.push_str(&parts.join(", "));
+    }
+    if let Some(on) = on {
+        text.push_str(&format!(", on {on}"));
+    }
+    text.push('?');
+    text
+}
+
+/// "Clears the shopping list." as "clear the shopping list"; `None` when the summary
+/// does not start with a verb.
+fn request(summary: &str) -> Option<String> {
+    let summary = summary.trim().trim_end_matches(['.', '!', '?', ' ']);
+    let (first, rest) = summary.split_once(' ').unwrap_or((summary, ""));
+    if first.is_empty() || !first.chars().all(char::is_alphabetic) {
+        return None;
+    }
+    let word = first.to_lowercase();
+    if NOT_VERBS.contains(&word.as_str()) || ["the", "a", "an"].contains(&word.as_str()) {
+        return None;
+    }
+    let verb = if let Some(stem) = word.strip_suffix("ies") {
+        format!("{stem}y")
+    } else if ["sses", "shes", "ches", "xes", "zes", "oes"]
+        .iter()
+        .any(|end| word.ends_with(end))
+    {
+        word[..word.len() - 2].to_string()
+    } else if word.ends_with('s') && !word.ends_with("ss") {
+        word[..word.len() - 1].to_string()
+    } else {
+        word
+    };
+    Some(format!("{verb} {rest}").trim_end().to_string())
+}
+
+/// A value as it is said: strings without quotes, long ones cut.
+fn spoken(value: &Value) -> String {
+    let text = match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut cut: String = text.chars().take(60).collect();
+    if cut.len() < text.len() {
+        cut.push_str("...");
+    }
+    cut
+}
+
 #[cfg(test)]
 mod tests {
-    use super::normalise;
+    use super::{normalise, question, request};
+    use serde_json::json;
+
+    #[test]
+    fn summaries_become_questions() {
+        assert_eq!(
+            request("Clears the shopping list.").as_deref(),
+            Some("clear the shopping list")
+        );
+        assert_eq!(request("Empties the bin").as_deref(), Some("empty the bin"));
+        assert_eq!(request("Washes up.").as_deref(), Some("wash up"));
+        assert_eq!(
+            request("Restart the router.").as_deref(),
+            Some("restart the router")
+        );
+        assert_eq!(request("The current time."), None);
+        assert_eq!(request(""), None);
+        let f = crate::skills::SkillFunction {
+            class: "NotesSkill".into(),
+            name: "delete_all".into(),
+            params: vec![crate::skills::Param {
+                name: "list_name".into(),
+                ty: crate::skills::ValueType::String,
+                default: None,
+                description: String::new(),
+            }],
+            returns: crate::skills::ValueType::Unit,
+            returns_doc: String::new(),
+            summary: "Deletes every note in a list.".into(),
+            docstring: String::new(),
+            confirm: true,
+            model_callable: true,
+            remote: false,
+            file: Default::default(),
+            line: 1,
+        };
+        let f = &f;
+        assert_eq!(
+            question(f, &[json!("shopping")], None),
+            "Shall I delete every note in a list, with list name shopping?"
+        );
+        assert_eq!(
+            question(f, &[json!({"list_name": "todo"})], Some("Kitchen")),
+            "Shall I delete every note in a list, with list_name todo, on Kitchen?"
+        );
+    }
 
     #[test]
     fn device_names_normalise() {

@@ -84,7 +84,7 @@ async fn turn_answering(
                     Ok(v) => format!("result: {output:?} = {v}"),
                     Err(e) => format!("result: {output:?} ! {e}"),
                 },
-                TurnEvent::Confirm { call, reply } => {
+                TurnEvent::Confirm { call, reply, .. } => {
                     reply.send(answer).unwrap();
                     format!("confirm: {call}")
                 }
@@ -369,10 +369,22 @@ async fn confirmation_yes_runs_and_no_is_an_error_the_script_sees() {
     result.unwrap();
     assert_eq!(events[1], "confirm: TimerSkill.start(300, \"tea\")");
     assert!(
-        events[2].contains("the user did not allow TimerSkill.start(300, \"tea\")"),
+        events[2].contains("the user said no to TimerSkill.start(300, \"tea\")"),
         "{events:?}"
     );
-    assert!(last_text(&server.requests()[3]).contains("error: runtime error"));
+    let told = last_text(&server.requests()[3]);
+    assert!(told.contains("error: runtime error"), "{told}");
+    assert!(
+        told.starts_with("Result of code block 1:\nthe user said no to TimerSkill.start"),
+        "{told}"
+    );
+    let told = last_text(&server.requests()[1]);
+    assert!(
+        told.starts_with(
+            "Result of code block 1:\nthe user allowed TimerSkill.start(300, \"tea\")"
+        ),
+        "{told}"
+    );
 }
 
 #[tokio::test]

@@ -163,7 +163,11 @@ fn confirmation_without_a_terminal_is_refused_and_no_model_is_refused() {
     let spoke = Spoke::new().with_skill("greeter.rhai", HELLO_SKILL);
     let out = spoke.run(&["exec", "-e", "device.GreeterSkill.forget()"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("did not allow"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the user said no to GreeterSkill.forget()"),
+        "{}",
+        stderr(&out)
+    );
 
     let out = spoke.run(&["exec", "-e", "device.GreeterSkill.reset()"]);
     assert_eq!(out.status.code(), Some(2));

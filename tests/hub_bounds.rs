@@ -70,7 +70,7 @@ async fn turn(setup: &mut Setup, text: &str) -> (Vec<String>, Result<(), TurnErr
                     Ok(v) => format!("result: {output:?} = {v}"),
                     Err(e) => format!("result: {output:?} ! {e}"),
                 },
-                TurnEvent::Confirm { call, reply } => {
+                TurnEvent::Confirm { call, reply, .. } => {
                     let _ = reply.send(false);
                     format!("confirm: {call}")
                 }

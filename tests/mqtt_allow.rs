@@ -1,16 +1,25 @@
 //! Who may call what from another device, against a real mosquitto: with the default
 //! `mqtt.remote_allow` (empty) only functions marked `@remote` are registered and
 //! callable; a broker client calling anything else gets a clear refusal and nothing runs;
-//! `remote_allow` entries open more.
+//! `remote_allow` entries open more. A `@confirm` function, opened explicitly, runs only
+//! for a caller that asked its own user (`"confirmed": true`).
 
 mod mosquitto;
+#[path = "support/poll.rs"]
+mod poll;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mosquitto::Broker;
 use serde_json::{Value, json};
+use strawberry_spoke::config::Config;
+use strawberry_spoke::device::{Asking, Confirm, Device};
+use strawberry_spoke::mqtt::{Link, LinkSettings, Role};
+use strawberry_spoke::sandbox::{DeviceHandler, DeviceRequest};
+use strawberry_spoke::skills::{HostSettings, Registry};
 
 /// One function open to other devices, one not.
 const THERMO: &str = r#"//! A thermostat.
@@ -32,6 +41,31 @@ fn read() {
 fn plant(text) {
     storage_set("planted", text);
     text
+}
+"#;
+
+/// Two `@confirm` functions: one opened to other devices, one not.
+const DOOR: &str = r#"//! The porch door.
+//!
+//! @class Door
+
+/// Unlocks the porch door.
+///
+/// @return string  What happened.
+/// @confirm
+/// @remote
+fn unlock() {
+    storage_set("unlocked", true);
+    "unlocked"
+}
+
+/// Locks the porch door.
+///
+/// @return string  What happened.
+/// @confirm
+fn lock() {
+    storage_set("locked", true);
+    "locked"
 }
 "#;
 
@@ -124,6 +158,12 @@ fn call(
     args: Value,
 ) -> Value {
     let payload = json!({"class": class, "function": function, "args": args, "from": "intruder"});
+    send(broker, spoke, id, payload)
+}
+
+/// Publishes the call `payload` to device `id`; the answer.
+fn send(broker: &Broker, spoke: &Spoke, id: &str, payload: Value) -> Value {
+    let (class, function) = (&payload["class"], &payload["function"]);
     let answer = broker
         .request(
             &format!("strawberry/devices/{id}/rpc"),
@@ -259,4 +299,125 @@ fn remote_allow_entries_open_more() {
         json!(["spam"]),
     );
     refused(&answer, "NotesSkill.add");
+}
+
+/// The keys the skill `class` stored on `spoke`, from its storage journal.
+fn stored(spoke: &Spoke, class: &str) -> String {
+    std::fs::read_to_string(spoke.data().join(format!("skills/{class}.jsonl"))).unwrap_or_default()
+}
+
+/// The person at a calling device: answers `yes` and remembers what was asked.
+struct Person {
+    yes: bool,
+    asked: Mutex<Vec<Asking>>,
+}
+
+impl Confirm for Person {
+    fn confirm(&self, asking: &Asking) -> bool {
+        self.asked.lock().unwrap().push(asking.clone());
+        self.yes
+    }
+}
+
+/// A calling device in this process whose person answers `yes`, with the link it uses.
+fn caller(rt: &tokio::runtime::Runtime, broker: &Broker, yes: bool) -> (Link, Device, Arc<Person>) {
+    let mut config = Config::default();
+    config.mqtt.broker = broker.url();
+    config.mqtt.device_id = "hall".into();
+    let settings = LinkSettings::from_config(&config).unwrap().unwrap();
+    let link = rt.block_on(async {
+        let link = Link::start(settings, Role::Caller);
+        assert!(
+            link.wait_ready(Duration::from_secs(10)).await,
+            "never connected"
+        );
+        link
+    });
+    let person = Arc::new(Person {
+        yes,
+        asked: Mutex::new(Vec::new()),
+    });
+    let registry = Arc::new(Registry::new(Vec::new(), HostSettings::default()));
+    let device = Device::new("Hall", registry, person.clone()).with_link(link.clone());
+    (link, device, person)
+}
+
+#[test]
+fn confirm_functions_run_only_for_callers_that_confirmed_with_their_user() {
+    let broker = Broker::start();
+    let spoke = Spoke::serve(&broker, "porch", "");
+    std::fs::write(spoke.dir.path().join("skills/door.rhai"), DOOR).unwrap();
+    let text = broker.wait_retained(
+        "strawberry/devices/porch/skills",
+        Duration::from_secs(10),
+        |t| t.contains("\"Door\""),
+    );
+    let registration: Value = serde_json::from_str(&text).unwrap();
+    let door = registration["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "Door")
+        .unwrap();
+    // Only the function marked @remote is open; it says it needs confirming.
+    assert_eq!(door["functions"].as_array().unwrap().len(), 1, "{door}");
+    assert_eq!(door["functions"][0]["name"], "unlock");
+    assert_eq!(door["functions"][0]["confirm"], true);
+
+    // A caller that did not confirm: refused (`serve` has no terminal to ask on), nothing ran.
+    let answer = call(&broker, &spoke, "porch", "Door", "unlock", json!([]));
+    assert_eq!(answer["ok"], false, "{answer}");
+    let error = answer["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("did not allow Door.unlock()") && error.contains("\"confirmed\": true"),
+        "{error}"
+    );
+    assert_eq!(stored(&spoke, "Door"), "");
+    // Confirming does not open what is not open to other devices.
+    let answer = send(
+        &broker,
+        &spoke,
+        "porch",
+        json!({"class": "Door", "function": "lock", "args": [], "from": "Hall", "confirmed": true}),
+    );
+    refused(&answer, "Door.lock");
+    assert_eq!(stored(&spoke, "Door"), "");
+
+    // A device whose person says no: asked there, not sent, nothing ran.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let unlock = || DeviceRequest::Call {
+        device: Some("porch".into()),
+        class: "Door".into(),
+        function: "unlock".into(),
+        args: vec![],
+    };
+    let (link, device, person) = caller(&rt, &broker, false);
+    poll_peer(&link);
+    let error = device.handle(unlock()).unwrap_err();
+    assert_eq!(error, "the user said no to Door.unlock() on porch");
+    assert_eq!(
+        person.asked.lock().unwrap()[0].question,
+        "Shall I unlock the porch door, on porch?"
+    );
+    assert_eq!(stored(&spoke, "Door"), "");
+    rt.block_on(link.shutdown());
+
+    // A device whose person says yes: the yes travels with the call, and it runs.
+    let (link, device, person) = caller(&rt, &broker, true);
+    poll_peer(&link);
+    assert_eq!(device.handle(unlock()), Ok(json!("unlocked")));
+    assert_eq!(person.asked.lock().unwrap().len(), 1);
+    assert!(stored(&spoke, "Door").contains("unlocked"));
+    rt.block_on(link.shutdown());
+}
+
+/// Waits until the caller knows the porch's registration.
+fn poll_peer(link: &Link) {
+    poll::wait_until("the porch registration", Duration::from_secs(10), || {
+        link.with_peers(|peers| {
+            peers
+                .all()
+                .any(|p| p.online && p.function("Door", "unlock").is_some())
+        })
+    });
 }

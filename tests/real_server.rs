@@ -78,7 +78,7 @@ async fn two_turns_with_code_against_a_real_server() {
         let mut events = Vec::new();
         while let Some(event) = rx.recv().await {
             events.push(match event {
-                TurnEvent::Confirm { call, reply } => {
+                TurnEvent::Confirm { call, reply, .. } => {
                     let _ = reply.send(false);
                     format!("confirm {call}")
                 }

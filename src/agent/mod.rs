@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
 use crate::config::{AgentConfig, Config};
-use crate::device::{Confirm, Device};
+use crate::device::{Asking, Confirm, Device};
 use crate::hub::{ChatMessage, CodeMode, HubClient, HubError, ToolCall};
 use crate::mqtt::Link;
 use crate::sandbox::{Cancel, RunOutcome, Sandbox};
@@ -62,6 +62,8 @@ pub enum TurnEvent {
     Confirm {
         /// The call, readable, e.g. `NotesSkill.delete_all()`.
         call: String,
+        /// The same as a question to say aloud, e.g. "Shall I delete all notes?".
+        question: String,
         /// Where the answer goes.
         reply: oneshot::Sender<bool>,
     },
@@ -233,12 +235,14 @@ impl Agent {
             "prompt built"
         );
         let tools = self.tools();
+        let confirm = Arc::new(ChannelConfirm {
+            events: events.clone(),
+            answers: std::sync::Mutex::new(Vec::new()),
+        });
         let mut device = Device::live(
             self.device_name.clone(),
             self.registry.clone(),
-            Arc::new(ChannelConfirm {
-                events: events.clone(),
-            }),
+            confirm.clone(),
         );
         if let Some(link) = &self.link {
             device = device.with_link(link.clone());
@@ -269,6 +273,7 @@ impl Agent {
             let mut round_state = Round {
                 agent: self,
                 device: &device,
+                confirm: &confirm,
                 events,
                 last_failed: &mut last_failed,
                 feedback: Vec::new(),
@@ -357,6 +362,7 @@ impl Agent {
 struct Round<'a> {
     agent: &'a Agent,
     device: &'a Arc<Device>,
+    confirm: &'a ChannelConfirm,
     events: &'a mpsc::UnboundedSender<TurnEvent>,
     last_failed: &'a mut Option<String>,
     feedback: Vec<String>,
@@ -430,7 +436,14 @@ impl Round<'_> {
             }
             Ok(_) => *self.last_failed = None,
         }
-        Ok(feedback_text(&outcome.output, &result))
+        // What the person answered comes first: the model must not take a no it
+        // only sees as an error (or not at all, when the script caught it) for a fault.
+        let mut text = self.confirm.take_answers().join("\n");
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&feedback_text(&outcome.output, &result));
+        Ok(text)
     }
 }
 
@@ -462,18 +475,26 @@ fn feedback_text(output: &str, result: &Result<String, String>) -> String {
 
 /// Asks through the turn's event stream, so the question comes in order with the
 /// rest of the output. Called from the sandbox's blocking thread; the wait for the
-/// answer ends (as a no) when the run runs out of time or is cancelled.
+/// answer ends (as a no) when the run runs out of time or is cancelled. Each answer
+/// is kept for the model's feedback on the run.
 struct ChannelConfirm {
     events: mpsc::UnboundedSender<TurnEvent>,
+    answers: std::sync::Mutex<Vec<String>>,
 }
 
-impl Confirm for ChannelConfirm {
-    fn confirm(&self, call: &str) -> bool {
+impl ChannelConfirm {
+    /// The answers given since the last call, as the model reads them.
+    fn take_answers(&self) -> Vec<String> {
+        std::mem::take(&mut *self.answers.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn ask(&self, asking: &Asking) -> bool {
         let (reply, mut answer) = oneshot::channel();
         if self
             .events
             .send(TurnEvent::Confirm {
-                call: call.to_string(),
+                call: asking.call.clone(),
+                question: asking.question.clone(),
                 reply,
             })
             .is_err()
@@ -492,5 +513,21 @@ impl Confirm for ChannelConfirm {
                 }
             }
         }
+    }
+}
+
+impl Confirm for ChannelConfirm {
+    fn confirm(&self, asking: &Asking) -> bool {
+        let yes = self.ask(asking);
+        let answer = if yes {
+            format!("the user allowed {}", asking.call)
+        } else {
+            format!("the user said no to {}", asking.call)
+        };
+        self.answers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(answer);
+        yes
     }
 }

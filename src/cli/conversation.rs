@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use super::{caller_link, load_skills, print_out, runtime};
 use crate::agent::{Agent, Session, TurnEvent};
 use crate::config::Config;
-use crate::device::{Confirm, ConsoleConfirm};
+use crate::device::{Asking, Confirm, ConsoleConfirm};
 use crate::hub::HubClient;
 use crate::mqtt::Link;
 use crate::sandbox::Sandbox;
@@ -159,9 +159,13 @@ fn show(event: TurnEvent) -> Result<()> {
             }
             print_out(&text)?;
         }
-        TurnEvent::Confirm { call, reply } => {
+        TurnEvent::Confirm {
+            call,
+            question,
+            reply,
+        } => {
             // The turn is waiting for this answer, so blocking on the terminal is fine.
-            let answer = ConsoleConfirm.confirm(&call);
+            let answer = ConsoleConfirm.confirm(&Asking { call, question });
             let _ = reply.send(answer);
         }
         TurnEvent::Notice(notice) => eprintln!("note: {notice}"),

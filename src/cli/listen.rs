@@ -1,22 +1,26 @@
 //! `listen FILE.wav [--out reply.wav]`: the whole voice pipeline on a recording, each
 //! stage printed with its timing. Audio positions are times in the recording;
 //! durations after the end of speech are wall clock, as the user would wait for them.
+//!
+//! A `@confirm` call asks its question as `run` does; the answer is the next utterance
+//! in the recording after the command (no wake word needed), within `vad.confirm_ms`.
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 
 use super::{caller_link, load_skills, print_out, runtime};
 use crate::agent::{Agent, TurnEvent};
+use crate::audio::Frame;
 use crate::audio::playback::{Output, Player, WavSink};
 use crate::audio::wav::{frames, read_wav_16k};
 use crate::audio::{SAMPLE_RATE, ms_to_samples};
 use crate::config::Config;
-use crate::daemon::listener::{Heard, Listener};
-use crate::daemon::voice::{Pipeline, Step};
+use crate::daemon::listener::{Command, Heard, Listener};
+use crate::daemon::voice::{Ear, Pipeline, Step};
 use crate::hub::HubClient;
 use crate::sandbox::Sandbox;
 use crate::stt::Transcriber;
@@ -25,6 +29,54 @@ use crate::wake::Detector;
 
 fn secs(at: u64) -> f64 {
     at as f64 / f64::from(SAMPLE_RATE)
+}
+
+/// The recording, read frame by frame through the listener by the main loop and, for
+/// the answer to a confirmation question, by [`RecordingEar`].
+struct Recording {
+    listener: Listener,
+    frames: std::vec::IntoIter<Frame>,
+}
+
+impl Recording {
+    /// What the listener hears next, `None` at the end of the recording.
+    fn next(&mut self) -> Option<Heard> {
+        self.frames
+            .by_ref()
+            .find_map(|frame| self.listener.push(&frame))
+    }
+}
+
+/// Answers come from the recording, right after the command that asked.
+struct RecordingEar {
+    recording: Arc<Mutex<Recording>>,
+    window_ms: u64,
+}
+
+impl Ear for RecordingEar {
+    fn next_utterance(&self) -> tokio::sync::oneshot::Receiver<Option<Command>> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let mut recording = self.recording.lock().unwrap_or_else(|e| e.into_inner());
+        recording.listener.listen(self.window_ms);
+        let heard = match recording.next() {
+            Some(Heard::Command(command)) => {
+                say(format!(
+                    "{:7.2} s  answer ended (spoken {:.2}-{:.2} s)",
+                    secs(command.decided_at),
+                    secs(command.start),
+                    secs(command.end)
+                ));
+                Some(command)
+            }
+            Some(Heard::NoSpeech { at }) => {
+                say(format!("{:7.2} s  no answer", secs(at)));
+                None
+            }
+            Some(Heard::Woke(_)) | None => None,
+        };
+        let _ = reply.send(heard);
+        answer
+    }
 }
 
 fn say(line: String) {
@@ -68,21 +120,29 @@ pub fn listen(config: &Config, file: &Path, out: Option<&Path>, no_wake: bool) -
         speaker,
         &config.wake.stop_phrases,
     );
+    let mut listener = Listener::new(detector, config.vad.settings(), config.audio.pre_roll_ms);
+    if no_wake {
+        listener.listen(config.vad.no_speech_timeout_ms);
+    }
+    let recording = Arc::new(Mutex::new(Recording {
+        listener,
+        frames: frames(&samples, 0).collect::<Vec<_>>().into_iter(),
+    }));
+    pipeline.set_ear(Arc::new(RecordingEar {
+        recording: recording.clone(),
+        window_ms: config.vad.confirm_ms,
+    }));
     say(format!(
         "ready in {:.2} s; {:.2} s of audio from {}",
         loaded.elapsed().as_secs_f64(),
         secs(samples.len() as u64),
         file.display()
     ));
-    let mut listener = Listener::new(detector, config.vad.settings(), config.audio.pre_roll_ms);
-    if no_wake {
-        listener.listen(config.vad.no_speech_timeout_ms);
-    }
     let (mut answered, mut failed) = (0, 0);
-    for frame in frames(&samples, 0) {
-        let Some(heard) = listener.push(&frame) else {
-            continue;
-        };
+    loop {
+        // Not held while a command is answered: the ear reads on for the answer.
+        let heard = recording.lock().unwrap_or_else(|e| e.into_inner()).next();
+        let Some(heard) = heard else { break };
         match heard {
             Heard::Woke(d) => say(format!(
                 "{:7.2} s  wake word {:?} (score {:.2}, spoken {:.2}-{:.2} s)",
@@ -166,10 +226,12 @@ fn print_step(step: Step<'_>, heard_at: Instant) {
             }
             TurnEvent::Notice(n) => say(format!("{t}  note: {n}")),
             TurnEvent::Error(e) => say(format!("{t}  error: {e}")),
-            TurnEvent::Confirm { call, .. } => {
-                say(format!("{t}  refused (needs confirmation): {call}"))
-            }
+            TurnEvent::Confirm { call, .. } => say(format!("{t}  needs confirmation: {call}")),
         },
+        Step::Asked { question } => say(format!("{t}  asked: {question}")),
+        Step::Answered { text, answer } => {
+            say(format!("{t}  answer: {text:?}: {}", answer.as_str()))
+        }
         Step::FirstAudio { after } => say(format!(
             "{t}  first audio out, {:.2} s after the end of speech",
             after.as_secs_f64()

@@ -7,10 +7,12 @@
 //! the turn in progress is abandoned (and the code it runs cancelled), speech stops,
 //! hot reload stops, `offline` is published, the connection closes.
 //!
+//! - [`answer`]: yes or no from a spoken answer (confirming by voice).
 //! - [`listener`]: frames to commands (wake word, then end of speech).
 //! - [`voice`]: commands to spoken replies, and the loop that ties it all together.
 //! - [`systemd`]: readiness, status, watchdog over `NOTIFY_SOCKET`.
 
+pub mod answer;
 pub mod listener;
 pub mod systemd;
 pub mod voice;
@@ -204,6 +206,7 @@ impl Running {
         let settings = VoiceSettings {
             interrupt: config.wake.interrupt,
             follow_up_ms: config.vad.follow_up_ms,
+            confirm_ms: config.vad.confirm_ms,
         };
         let voice = Voice::start(
             pipeline,

@@ -13,15 +13,23 @@
 //! - the [`Speaker`] thread synthesises and plays sentences as they stream.
 //!
 //! [`Pipeline`] is the part `listen FILE.wav` shares: one command from audio to reply.
+//!
+//! Confirming by voice: when model code calls a `@confirm` function, the turn says the
+//! question, waits until it has been spoken (the spoke must not hear itself), and asks
+//! its [`Ear`] for the next utterance without the wake word. In `run` that request goes
+//! to the conversation task, which opens the follow-up window of the audio thread's
+//! [`Listener`] (`vad.confirm_ms` long) and hands the command or silence it hears back
+//! to the waiting turn instead of starting a turn with it.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use super::answer::{self, Answer};
 use super::listener::{Command, Heard, Listener};
 use super::systemd::{Heartbeat, Notifier};
 use crate::agent::{Agent, Session, TurnEvent};
@@ -40,6 +48,17 @@ pub struct Pipeline {
     session: tokio::sync::Mutex<Session>,
     speaker: Arc<Speaker>,
     stop_phrases: Vec<String>,
+    /// Where answers to confirmation questions come from; none: nobody can confirm.
+    ear: std::sync::OnceLock<Arc<dyn Ear>>,
+}
+
+/// Where the answer to a question the spoke asked comes from: the next utterance,
+/// heard without the wake word. `run` asks its audio thread; `listen` reads on in
+/// the recording.
+pub trait Ear: Send + Sync {
+    /// Starts listening for the answer; the receiver gets the utterance, or `None` when
+    /// nobody spoke within the window.
+    fn next_utterance(&self) -> oneshot::Receiver<Option<Command>>;
 }
 
 /// A stage of answering a command, as it happens (for logs and `listen`).
@@ -58,6 +77,18 @@ pub enum Step<'a> {
     Stopped,
     /// Something the conversation turn produced.
     Turn(&'a TurnEvent),
+    /// A `@confirm` call is asked about aloud.
+    Asked {
+        /// The question.
+        question: &'a str,
+    },
+    /// The answer to [`Step::Asked`]: what was heard and what it meant.
+    Answered {
+        /// The transcript; empty when nobody spoke.
+        text: &'a str,
+        /// Yes, no or not understood.
+        answer: Answer,
+    },
     /// The first sample of the reply went out: `after` the last sample of speech.
     FirstAudio {
         /// Latency from the end of the user's speech.
@@ -92,6 +123,15 @@ impl Pipeline {
             session,
             speaker,
             stop_phrases: stop_phrases.iter().map(|p| normalize(p)).collect(),
+            ear: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Lets `@confirm` calls be asked about aloud, the answer coming from `ear`. Only
+    /// the first ear given is used.
+    pub fn set_ear(&self, ear: Arc<dyn Ear>) {
+        if self.ear.set(ear).is_err() {
+            tracing::warn!("the pipeline already has an ear; the new one is ignored");
         }
     }
 
@@ -161,6 +201,22 @@ impl Pipeline {
             tokio::select! {
                 done = &mut run, if result.is_none() => result = Some(done.is_ok()),
                 event = rx.recv() => match event {
+                    Some(event @ TurnEvent::Confirm { .. }) => {
+                        report(Step::Turn(&event));
+                        if let TurnEvent::Confirm { question, mut reply, .. } = event {
+                            // The run may stop waiting first (its time is up): then
+                            // so does the question.
+                            tokio::select! {
+                                yes = self.confirm(&question, report) => {
+                                    let _ = reply.send(yes);
+                                }
+                                _ = reply.closed() => {
+                                    tracing::info!("the run stopped waiting for the answer");
+                                }
+                            }
+                        }
+                        spoke = true;
+                    }
                     Some(event) => {
                         spoke |= self.speak(&event, &mut last);
                         report(Step::Turn(&event));
@@ -187,13 +243,8 @@ impl Pipeline {
                 *last = Some(sentence.clone());
                 true
             }
-            TurnEvent::Confirm { call, .. } => {
-                // Dropping the reply sender (when the event is dropped) is "no".
-                tracing::warn!(%call, "a skill asked for confirmation, which cannot be given by voice yet; refused");
-                self.speaker
-                    .say("That needs a confirmation I can't take by voice, so I didn't do it.");
-                true
-            }
+            // Asked in `turn`, which owns the reply.
+            TurnEvent::Confirm { .. } => true,
             TurnEvent::Error(_) => {
                 self.speaker.cue(Cue::Error);
                 self.speaker.say("Sorry, that didn't work.");
@@ -201,6 +252,47 @@ impl Pipeline {
             }
             TurnEvent::Code(_) | TurnEvent::CodeResult { .. } | TurnEvent::Notice(_) => false,
         }
+    }
+
+    /// Asks `question` aloud and listens for the answer; true on a clear yes. The
+    /// question is spoken to the end before listening starts, so the spoke does not
+    /// hear itself.
+    async fn confirm(&self, question: &str, report: &Reporter) -> bool {
+        let Some(ear) = self.ear.get().cloned() else {
+            tracing::warn!(
+                question,
+                "a skill asked for confirmation and nobody can answer here; refused"
+            );
+            return false;
+        };
+        self.speaker.say(question);
+        report(Step::Asked { question });
+        let speaker = self.speaker.clone();
+        let _ = tokio::task::spawn_blocking(move || speaker.wait_done(SPEAKING_LIMIT)).await;
+        let heard = ear.next_utterance().await.ok().flatten();
+        let text = match heard {
+            Some(command) => {
+                let stt = self.transcriber.clone();
+                match tokio::task::spawn_blocking(move || stt.transcribe(&command.samples)).await {
+                    Ok(Ok(transcript)) => clean_transcript(&transcript.text),
+                    Ok(Err(error)) => {
+                        tracing::error!("speech to text failed on the answer: {error}");
+                        String::new()
+                    }
+                    Err(error) => {
+                        tracing::error!("speech to text stopped on the answer: {error}");
+                        String::new()
+                    }
+                }
+            }
+            None => String::new(),
+        };
+        let answer = answer::judge(&text);
+        report(Step::Answered {
+            text: &text,
+            answer,
+        });
+        answer.allows()
     }
 
     fn failed(&self, error: &str, report: &Reporter) -> Outcome {
@@ -262,6 +354,22 @@ pub struct VoiceSettings {
     pub interrupt: bool,
     /// Follow-up listening after a question (0: off).
     pub follow_up_ms: u64,
+    /// How long to wait for a yes or no after asking to confirm a call.
+    pub confirm_ms: u64,
+}
+
+/// The ear of `run`: asks the conversation task for the next utterance.
+struct LoopEar {
+    asks: mpsc::UnboundedSender<oneshot::Sender<Option<Command>>>,
+}
+
+impl Ear for LoopEar {
+    fn next_utterance(&self) -> oneshot::Receiver<Option<Command>> {
+        let (reply, answer) = oneshot::channel();
+        // A stopped loop drops the request, which reads as nobody answering.
+        let _ = self.asks.send(reply);
+        answer
+    }
 }
 
 /// The running voice loop.
@@ -299,6 +407,8 @@ impl Voice {
         let (stop, stop_rx) = watch::channel(false);
         let (heard_tx, heard_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = std::sync::mpsc::channel();
+        let (asks_tx, asks_rx) = mpsc::unbounded_channel();
+        pipeline.set_ear(Arc::new(LoopEar { asks: asks_tx }));
         let audio_beat = Heartbeat::new();
         let turn_beat = Heartbeat::new();
         let capture_status = Arc::new(Mutex::new(CaptureStatus::Starting));
@@ -319,6 +429,8 @@ impl Voice {
             settings,
             heard: heard_rx,
             control: control_tx,
+            asks: asks_rx,
+            answer: None,
             stop: stop_rx,
             beat: turn_beat.clone(),
             notifier,
@@ -393,6 +505,10 @@ struct Conversation {
     settings: VoiceSettings,
     heard: mpsc::UnboundedReceiver<(Heard, Instant)>,
     control: Sender<Control>,
+    /// A turn asking for the answer to its question.
+    asks: mpsc::UnboundedReceiver<oneshot::Sender<Option<Command>>>,
+    /// Where the next command (or silence) goes instead of starting a turn.
+    answer: Option<oneshot::Sender<Option<Command>>>,
     stop: watch::Receiver<bool>,
     beat: Heartbeat,
     notifier: Arc<Notifier>,
@@ -437,6 +553,34 @@ impl Conversation {
         }
     }
 
+    /// A turn wants the answer to its question: listen without the wake word.
+    fn listen_for_answer(&mut self, reply: oneshot::Sender<Option<Command>>) {
+        self.answer = Some(reply);
+        let _ = self.control.send(Control::Listen(self.settings.confirm_ms));
+        self.show("Listening for yes or no");
+    }
+
+    /// What was heard while a turn waits for an answer goes to that turn; returns
+    /// what is not an answer (or when nobody waits any more).
+    fn answer_with(&mut self, heard: Heard) -> Option<Heard> {
+        let Some(reply) = self.answer.take().filter(|r| !r.is_closed()) else {
+            return Some(heard);
+        };
+        match heard {
+            Heard::Command(command) => {
+                let _ = reply.send(Some(command));
+            }
+            Heard::NoSpeech { .. } => {
+                let _ = reply.send(None);
+            }
+            // The wake word instead of an answer: no answer (dropping `reply`), and the
+            // wake word is handled as always.
+            Heard::Woke(_) => return Some(heard),
+        }
+        self.show("Answering");
+        None
+    }
+
     async fn run(mut self) {
         let idle = self.idle_status.clone();
         self.show(&idle);
@@ -446,8 +590,10 @@ impl Conversation {
         loop {
             tokio::select! {
                 _ = self.stop.changed() => break,
+                Some(reply) = self.asks.recv() => self.listen_for_answer(reply),
                 heard = self.heard.recv() => {
                     let Some((heard, at)) = heard else { break };
+                    let Some(heard) = self.answer_with(heard) else { continue };
                     match heard {
                         Heard::Woke(detection) => {
                             let busy = turn.is_some() || self.pipeline.speaker().busy();
@@ -547,8 +693,12 @@ fn log_step(step: Step<'_>) {
             },
             TurnEvent::Notice(n) => tracing::info!("{n}"),
             TurnEvent::Error(e) => tracing::warn!("turn failed: {e}"),
-            TurnEvent::Confirm { .. } => {}
+            TurnEvent::Confirm { call, .. } => tracing::info!(%call, "asking to confirm"),
         },
+        Step::Asked { question } => tracing::info!(%question, "asked"),
+        Step::Answered { text, answer } => {
+            tracing::info!(%text, answer = answer.as_str(), "answer heard")
+        }
         Step::FirstAudio { after } => tracing::info!(
             latency_ms = after.as_millis() as u64,
             "first audio of the reply (after the end of speech)"

@@ -235,6 +235,20 @@ impl Link {
         function: &str,
         args: &[Value],
     ) -> Result<Value, String> {
+        self.call_blocking_as(device_id, device_name, class, function, args, false)
+    }
+
+    /// [`Link::call_blocking`], saying whether this device's user confirmed the call
+    /// (`"confirmed": true`, for `@confirm` functions, which the host refuses otherwise).
+    pub fn call_blocking_as(
+        &self,
+        device_id: &str,
+        device_name: &str,
+        class: &str,
+        function: &str,
+        args: &[Value],
+        confirmed: bool,
+    ) -> Result<Value, String> {
         let settings = &self.shared.settings;
         let qualified = format!("{class}.{function}");
         if !self.is_ready() {
@@ -254,6 +268,7 @@ impl Link {
             function: function.to_string(),
             args: args.to_vec(),
             from: settings.device_name.clone(),
+            confirmed,
         };
         let payload = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
         if payload.len() > settings.max_payload {

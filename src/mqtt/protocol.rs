@@ -344,6 +344,11 @@ pub struct CallRequest {
     /// Display name of the calling device, for logs and confirmation prompts.
     #[serde(default)]
     pub from: String,
+    /// The caller asked its own user about this `@confirm` function and they said
+    /// yes. Sent only when true, so calls that need no confirmation stay readable by
+    /// devices that predate the field.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub confirmed: bool,
 }
 
 fn schema_one() -> u32 {
@@ -432,6 +437,25 @@ mod tests {
             valid_identifier("Volume_2") && !valid_identifier("2x") && !valid_identifier("a.b")
         );
         assert!(valid_device_id("tv-1") && !valid_device_id("TV") && !valid_device_id(""));
+    }
+
+    #[test]
+    fn confirmed_is_sent_only_when_true_and_absent_means_false() {
+        let mut call = CallRequest {
+            schema: 1,
+            class: "NotesSkill".into(),
+            function: "clear".into(),
+            args: vec![],
+            from: "Kitchen".into(),
+            confirmed: false,
+        };
+        let plain = serde_json::to_string(&call).unwrap();
+        assert!(!plain.contains("confirmed"), "{plain}");
+        call.confirmed = true;
+        let confirmed = serde_json::to_value(&call).unwrap();
+        assert_eq!(confirmed["confirmed"], Value::Bool(true));
+        let back: CallRequest = serde_json::from_str(&plain).unwrap();
+        assert!(!back.confirmed);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use rumqttc::v5::mqttbytes::v5::{Publish, PublishProperties};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use crate::device::Confirm;
+use crate::device::{Asking, Confirm};
 use crate::skills::watch::LiveRegistry;
 
 use super::protocol::{CallRequest, CallResponse, SCHEMA_VERSION, Topics, clean_line};
@@ -218,25 +218,34 @@ impl Server {
         // The caller's name and arguments are shown to a person and logged: no escape
         // sequences or bidirectional overrides from the network get that far.
         let from: String = clean_line(&request.from).chars().take(MAX_FROM).collect();
-        if f.confirm {
+        // The person to ask is where the conversation happens: a caller that asked its
+        // user says so with `confirmed`. Otherwise only someone at this device can
+        // allow the call (`serve` on a terminal); `run` has nobody to ask and refuses.
+        if f.confirm && !request.confirmed {
             let from = if from.is_empty() {
                 "another device"
             } else {
                 from.as_str()
             };
-            let rendered = clean_line(&format!(
-                "{qualified}({}) from {from}",
-                request
-                    .args
-                    .iter()
-                    .map(Value::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-            if !self.confirm.confirm(&rendered) {
+            let asking = Asking {
+                call: clean_line(&format!(
+                    "{qualified}({}) from {from}",
+                    request
+                        .args
+                        .iter()
+                        .map(Value::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+                question: format!(
+                    "{} (asked by {from})",
+                    clean_line(&crate::device::question(f, &request.args, None))
+                ),
+            };
+            if !self.confirm.confirm(&asking) {
                 return Err(format!(
-                    "the user of `{}` did not allow {rendered}",
-                    self.device_name
+                    "the user of `{}` did not allow {} (the calling device did not confirm it with its own user: \"confirmed\": true)",
+                    self.device_name, asking.call
                 ));
             }
         }
