@@ -6,7 +6,8 @@
 # TARGET is one of: sse skill_file mqtt_payload wav config (tests/fuzz/harness.rs).
 # Builds the target instrumented (rustc-wrapper.sh), runs libFuzzer for SECONDS with the
 # issue's limits (no allocation over 256 MiB, no input over 10 s, RSS under 2 GiB),
-# then minimises corpus + new inputs back into tests/fuzz/corpus/TARGET (-merge=1).
+# then minimises corpus + new inputs back into tests/fuzz/corpus/TARGET
+# (-set_cover_merge=1 on edge coverage).
 # A finding stops the script before the merge; its input is in
 # $CARGO_TARGET_DIR/fuzz/artifacts/TARGET/ (crash-*, oom-*, timeout-*).
 # Uses the main crate's target dir (CARGO_TARGET_DIR, default ./target), so only
@@ -40,7 +41,8 @@ limits=(-rss_limit_mb=2048 -malloc_limit_mb=256 -timeout=10)
 "$binary" "${limits[@]}" -max_total_time="$seconds" -print_final_stats=1 \
     -artifact_prefix="$artifacts/" "$@" "$found" "$corpus"
 
-"$binary" "${limits[@]}" -merge=1 "$merged" "$corpus" "$found"
+# Edges only and a set cover: a few hundred small files rather than thousands.
+"$binary" "${limits[@]}" -set_cover_merge=1 -use_counters=0 "$merged" "$corpus" "$found"
 rm -rf "$corpus"
 mv "$merged" "$corpus"
 echo "corpus $target: $(ls "$corpus" | wc -l) files, $(du -sh "$corpus" | cut -f1)"
