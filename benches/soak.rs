@@ -174,8 +174,8 @@ fn turns(bench: bool) -> bool {
             }
             (printed, result.map_err(|e| e.to_string()))
         });
-        let good = result.is_ok()
-            && matches!(&printed, Some(Ok(output)) if output.trim() == TURN_OUTPUT);
+        let good =
+            result.is_ok() && matches!(&printed, Some(Ok(output)) if output.trim() == TURN_OUTPUT);
         if !good {
             failed += 1;
             if failed <= 5 {

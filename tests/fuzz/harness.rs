@@ -192,8 +192,10 @@ fn serve(mut connection: std::net::TcpStream) {
                 "application/json"
             };
             response.extend_from_slice(
-                format!("HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nTransfer-Encoding: chunked\r\n\r\n")
-                    .as_bytes(),
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nTransfer-Encoding: chunked\r\n\r\n"
+                )
+                .as_bytes(),
             );
             for chunk in &reply.chunks {
                 response.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
@@ -234,7 +236,10 @@ pub fn mqtt_payload(data: &[u8]) {
         let text = serde_json::to_vec(&request).expect("a parsed request serialises");
         let again: CallRequest =
             serde_json::from_slice(&text).expect("a serialised request parses");
-        assert_eq!(again, request, "a call request does not survive a round trip");
+        assert_eq!(
+            again, request,
+            "a call request does not survive a round trip"
+        );
     }
     if let Ok(response) = serde_json::from_slice::<CallResponse>(data) {
         let _ = response.into_result();
