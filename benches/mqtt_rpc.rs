@@ -34,6 +34,7 @@ const SKILL: &str = r#"//! Echo.
 ///
 /// @param x: int  Anything.
 /// @return int  The same.
+/// @remote
 fn echo(x) {
     x
 }

@@ -51,7 +51,9 @@ install -d -m 0755 "$d/DEBIAN" "$d/usr/bin" "$d/lib/systemd/system" "$d/etc/$pkg
     "$d/usr/share/doc/$pkg/firmware/config.txt.d"
 install -m 0755 "$bin" "$d/usr/bin/$pkg"
 install -m 0644 "$root/packaging/$pkg.service" "$d/lib/systemd/system/$pkg.service"
-install -m 0644 "$root/packaging/config.toml" "$d/etc/$pkg/config.toml"
+# 0640: the config may hold a password (mqtt.password). Group strawberry (so the service
+# can read it) is set by postinst, once that group exists; until then only root reads it.
+install -m 0640 "$root/packaging/config.toml" "$d/etc/$pkg/config.toml"
 install -m 0644 "$root"/skills/*.rhai "$root/skills/README.md" "$d/usr/share/$pkg/skills/"
 install -m 0644 "$root/README.md" "$d/usr/share/doc/$pkg/README.md"
 install -m 0644 "$root/firmware/README.md" "$root/firmware/asound.conf" "$d/usr/share/doc/$pkg/firmware/"
@@ -102,6 +104,15 @@ if [ "$1" = configure ]; then
         adduser --quiet --system --group --home /var/lib/strawberry-spoke --no-create-home strawberry
     fi
     adduser --quiet strawberry audio
+    # The package ships the config 0640 root:root (the group may not exist at unpack);
+    # the service reads it through its group. dpkg reinstalls an unchanged conffile as
+    # root:root on upgrades, so this runs on every configure, unless the admin set their
+    # own owner and mode with dpkg-statoverride.
+    conf=/etc/strawberry-spoke/config.toml
+    if [ -f "$conf" ] && ! dpkg-statoverride --list "$conf" >/dev/null 2>&1; then
+        chgrp strawberry "$conf"
+        chmod 0640 "$conf"
+    fi
     # First install: link the bundled skills into the skills folder the config names.
     # Links, not copies, so package upgrades update them; removing a link drops a skill
     # and is respected on upgrade (only a fresh install links).

@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::device::{ConsoleConfirm, Device};
-use crate::mqtt::{Link, LinkSettings, Role};
+use crate::mqtt::{AllowList, Link, LinkSettings, Role};
 use crate::sandbox::Sandbox;
 use crate::skills::{LoadError, Registry, SkillClass, SkillFunction};
 use crate::stt::ct2::Quantize;
@@ -325,6 +325,8 @@ fn report_load_errors(errors: &[LoadError]) {
 }
 
 fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
+    // What other devices may call here: the `@remote` marks and mqtt.remote_allow.
+    let remote = AllowList::new(config.mqtt.remote_allow.clone());
     match cmd {
         SkillsCommand::List => {
             let registry = load_skills(config, &config.skills.dir);
@@ -332,7 +334,12 @@ fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
             for skill in registry.classes() {
                 out.push_str(&format!("{}  {}\n", skill.name, skill.summary));
                 for f in &skill.functions {
-                    out.push_str(&format!("  {}  {}{}\n", f.signature(), f.summary, marks(f)));
+                    out.push_str(&format!(
+                        "  {}  {}{}\n",
+                        f.signature(),
+                        f.summary,
+                        marks(f, &remote)
+                    ));
                 }
             }
             if registry.classes().is_empty() {
@@ -344,12 +351,12 @@ fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
         SkillsCommand::Info { name } => {
             let registry = load_skills(config, &config.skills.dir);
             if let Some(skill) = registry.class(&name) {
-                print_out(&render_class(skill))?;
+                print_out(&render_class(skill, &remote))?;
                 return Ok(ExitCode::SUCCESS);
             }
             match registry.function(&name) {
                 Ok(f) => {
-                    print_out(&render_function(f))?;
+                    print_out(&render_function(f, &remote))?;
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
@@ -384,7 +391,7 @@ fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
             let (registry, errors) = Registry::load(&dir, &config.host_settings());
             let mut out = String::new();
             for skill in registry.classes() {
-                out.push_str(&render_class(skill));
+                out.push_str(&render_class(skill, &remote));
                 out.push('\n');
             }
             let functions: usize = registry.classes().iter().map(|c| c.functions.len()).sum();
@@ -419,17 +426,23 @@ fn parse_call_args(text: &str) -> Result<Vec<Value>> {
     })
 }
 
-fn marks(f: &SkillFunction) -> &'static str {
+/// The policy marks of a function, e.g. `  [asks for confirmation]  [other devices may call]`.
+fn marks(f: &SkillFunction, remote: &AllowList) -> String {
+    let mut out = String::new();
     match (f.confirm, f.model_callable) {
-        (_, false) => "  [not for model code]",
-        (true, true) => "  [asks for confirmation]",
-        (false, true) => "",
+        (_, false) => out.push_str("  [not for model code]"),
+        (true, true) => out.push_str("  [asks for confirmation]"),
+        (false, true) => {}
     }
+    if remote.permits(f) {
+        out.push_str("  [other devices may call]");
+    }
+    out
 }
 
 /// A class as the model sees it: summary, functions with signatures and docstrings,
 /// and the examples that become few-shot prompts.
-fn render_class(skill: &SkillClass) -> String {
+fn render_class(skill: &SkillClass, remote: &AllowList) -> String {
     let mut out = format!(
         "{}  ({})\n  {}\n",
         skill.name,
@@ -441,7 +454,7 @@ fn render_class(skill: &SkillClass) -> String {
     }
     for f in &skill.functions {
         out.push('\n');
-        out.push_str(&indent(&render_function(f), 2));
+        out.push_str(&indent(&render_function(f, remote), 2));
     }
     for example in &skill.examples {
         out.push_str(&format!("\n  example: {}\n", example.request));
@@ -450,8 +463,8 @@ fn render_class(skill: &SkillClass) -> String {
     out
 }
 
-fn render_function(f: &SkillFunction) -> String {
-    let mut out = format!("{}.{}{}\n", f.class, f.signature(), marks(f));
+fn render_function(f: &SkillFunction, remote: &AllowList) -> String {
+    let mut out = format!("{}.{}{}\n", f.class, f.signature(), marks(f, remote));
     out.push_str(&indent(&f.summary, 2));
     if !f.docstring.is_empty() && f.docstring != f.summary {
         out.push_str(&indent(&f.docstring, 2));
@@ -518,7 +531,13 @@ fn transcribe(config: &Config, file: &Path) -> Result<ExitCode> {
     };
     let read = started.elapsed();
     let started = Instant::now();
-    let samples = audio::resample(&recording.samples, recording.sample_rate, SAMPLE_RATE);
+    let samples = match audio::resample(&recording.samples, recording.sample_rate, SAMPLE_RATE) {
+        Ok(samples) => samples,
+        Err(e) => {
+            eprintln!("error: {}: {e}", file.display());
+            return Ok(ExitCode::from(2));
+        }
+    };
     let resample = started.elapsed();
     let transcriber = Transcriber::load(&config.stt.settings())?;
     let transcript = match transcriber.transcribe(&samples) {

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::hub::CodeMode;
 use crate::sandbox::Limits;
 use crate::skills::host_api::HostSettings;
+use crate::skills::storage::StorageLimits;
 use crate::wake::{ScoreMode, Settings as WakeSettings, Vad, WakeError, WakeWord};
 
 /// Where the daemon looks for its config when `--config` is not given.
@@ -117,8 +118,18 @@ pub struct HubConfig {
     pub chunk_timeout_ms: u64,
     /// How long an endpoint that failed is skipped before it is tried again.
     pub retry_down_after_ms: u64,
-    /// Largest reply (text) accepted in one round; an endless reply is stopped here.
+    /// Largest reply (text, and tool-call ids, names and arguments) accepted in one
+    /// round; an endless reply is stopped here.
     pub max_reply_bytes: usize,
+    /// Largest single SSE line or event of a streamed reply.
+    pub max_event_bytes: usize,
+    /// Most tool calls in one reply; a call with a higher index ends the round.
+    pub max_tool_calls: usize,
+    /// Most bytes of an error answer (4xx/5xx) read; the rest is not read.
+    pub max_error_body_bytes: usize,
+    /// Send an API key over plain `http` to a host that is not this machine (off by
+    /// default: the endpoint is refused at start).
+    pub allow_insecure: bool,
     /// Most tokens the model may generate in one round (`max_tokens` in the
     /// request), so a rambling model ends on the server's side too.
     pub max_tokens: u32,
@@ -173,6 +184,10 @@ impl Default for HubConfig {
             chunk_timeout_ms: 15_000,
             retry_down_after_ms: 60_000,
             max_reply_bytes: 32 * 1024,
+            max_event_bytes: 1 << 20,
+            max_tool_calls: 16,
+            max_error_body_bytes: 64 * 1024,
+            allow_insecure: false,
             max_tokens: 1024,
             ca_file: None,
             mode: CodeMode::Fenced,
@@ -219,6 +234,10 @@ pub struct SkillsConfig {
     pub http_max_bytes: usize,
     /// Largest file `read_file` returns.
     pub file_max_bytes: usize,
+    /// Most bytes one skill may keep in its storage, keys and values as JSON.
+    pub storage_max_bytes: usize,
+    /// Largest single value a skill may store, as JSON.
+    pub storage_max_value_bytes: usize,
 }
 
 /// `[sandbox]`: limits for every run of model-written code.
@@ -229,8 +248,12 @@ pub struct SandboxConfig {
     pub memory_mib: u64,
     /// Wall-clock time of a script, skill calls excluded.
     pub timeout_ms: u64,
+    /// Wall-clock time of a whole run, skill calls included.
+    pub total_timeout_ms: u64,
     /// Output a script may print.
     pub output_bytes: usize,
+    /// Size of a run's value as JSON.
+    pub result_bytes: usize,
     /// Rhai operations per run.
     pub max_operations: u64,
     /// Longest string.
@@ -498,14 +521,30 @@ pub struct MqttConfig {
     pub topic_prefix: String,
     /// How long a call to another device may take before it fails.
     pub call_timeout_ms: u64,
-    /// Skills other devices may call: `*` (every function that needs no confirmation),
-    /// a class (`VolumeSkill`) or a function (`VolumeSkill.set`). `@no_model`
+    /// Skills other devices may call besides those marked `@remote`: `*` (every
+    /// function that needs no confirmation), a class (`VolumeSkill`) or a function
+    /// (`VolumeSkill.set`). Empty by default: only `@remote` functions. `@no_model`
     /// functions are never callable remotely.
     pub remote_allow: Vec<String>,
     /// Largest call payload accepted or sent, in bytes.
     pub max_payload_bytes: usize,
     /// Incoming calls run at once; more are answered `busy`.
     pub max_concurrent_calls: usize,
+    /// Largest registration of another spoke accepted, in bytes.
+    pub max_registration_bytes: usize,
+    /// Other spokes kept track of; messages of further device ids are ignored.
+    pub max_peers: usize,
+    /// Skill classes one registration may hold.
+    pub max_classes_per_peer: usize,
+    /// Functions one registration may hold, over all its classes.
+    pub max_functions_per_peer: usize,
+    /// Longest name in a registration (device, class, function, parameter, type), in bytes.
+    pub max_name_bytes: usize,
+    /// Longest summary, signature, parameter description or example request in a
+    /// registration, in bytes.
+    pub max_summary_bytes: usize,
+    /// Longest description, docstring or example code in a registration, in bytes.
+    pub max_text_bytes: usize,
 }
 
 impl Default for MqttConfig {
@@ -523,9 +562,16 @@ impl Default for MqttConfig {
             allow_insecure: false,
             topic_prefix: "strawberry".into(),
             call_timeout_ms: 10_000,
-            remote_allow: vec!["*".into()],
+            remote_allow: Vec::new(),
             max_payload_bytes: 64 * 1024,
             max_concurrent_calls: 4,
+            max_registration_bytes: 256 * 1024,
+            max_peers: 64,
+            max_classes_per_peer: 64,
+            max_functions_per_peer: 256,
+            max_name_bytes: 128,
+            max_summary_bytes: 1024,
+            max_text_bytes: 8 * 1024,
         }
     }
 }
@@ -549,6 +595,8 @@ impl Default for SkillsConfig {
             http_timeout_ms: millis(host.http_timeout),
             http_max_bytes: host.http_max_bytes,
             file_max_bytes: host.file_max_bytes,
+            storage_max_bytes: host.storage.max_bytes,
+            storage_max_value_bytes: host.storage.max_value_bytes,
         }
     }
 }
@@ -559,7 +607,9 @@ impl Default for SandboxConfig {
         SandboxConfig {
             memory_mib: limits.memory_bytes / (1024 * 1024),
             timeout_ms: millis(limits.wall_time),
+            total_timeout_ms: millis(limits.total_time),
             output_bytes: limits.output_bytes,
+            result_bytes: limits.result_bytes,
             max_operations: limits.max_operations,
             max_string_bytes: limits.max_string_size,
             max_array_len: limits.max_array_size,
@@ -605,7 +655,9 @@ impl SandboxConfig {
         Limits {
             memory_bytes: self.memory_mib * 1024 * 1024,
             wall_time: Duration::from_millis(self.timeout_ms),
+            total_time: Duration::from_millis(self.total_timeout_ms),
             output_bytes: self.output_bytes,
+            result_bytes: self.result_bytes,
             max_operations: self.max_operations,
             max_string_size: self.max_string_bytes,
             max_array_size: self.max_array_len,
@@ -626,6 +678,10 @@ impl Config {
             http_timeout: Duration::from_millis(self.skills.http_timeout_ms),
             http_max_bytes: self.skills.http_max_bytes,
             file_max_bytes: self.skills.file_max_bytes,
+            storage: StorageLimits {
+                max_bytes: self.skills.storage_max_bytes,
+                max_value_bytes: self.skills.storage_max_value_bytes,
+            },
         }
     }
 
@@ -737,25 +793,42 @@ impl Config {
 
     /// Rejects values that parse but cannot work.
     fn validate(&self, origin: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
-        let positive: [(&str, u64); 16] = [
+        // A slice, not an array of fixed length: adding a key is then a one-line change.
+        let positive: &[(&str, u64)] = &[
             ("mqtt.call_timeout_ms", self.mqtt.call_timeout_ms),
             ("mqtt.max_payload_bytes", self.mqtt.max_payload_bytes as u64),
             ("hub.connect_timeout_ms", self.hub.connect_timeout_ms),
             ("hub.first_byte_timeout_ms", self.hub.first_byte_timeout_ms),
             ("hub.chunk_timeout_ms", self.hub.chunk_timeout_ms),
             ("hub.max_reply_bytes", self.hub.max_reply_bytes as u64),
+            ("hub.max_event_bytes", self.hub.max_event_bytes as u64),
+            ("hub.max_tool_calls", self.hub.max_tool_calls as u64),
+            (
+                "hub.max_error_body_bytes",
+                self.hub.max_error_body_bytes as u64,
+            ),
             ("hub.max_tokens", u64::from(self.hub.max_tokens)),
             ("agent.max_rounds", u64::from(self.agent.max_rounds)),
             ("stt.threads", self.stt.threads as u64),
             ("sandbox.memory_mib", self.sandbox.memory_mib),
             ("sandbox.timeout_ms", self.sandbox.timeout_ms),
+            ("sandbox.total_timeout_ms", self.sandbox.total_timeout_ms),
+            ("sandbox.result_bytes", self.sandbox.result_bytes as u64),
             ("sandbox.max_operations", self.sandbox.max_operations),
             ("skills.call_timeout_ms", self.skills.call_timeout_ms),
             ("skills.command_timeout_ms", self.skills.command_timeout_ms),
             ("skills.http_timeout_ms", self.skills.http_timeout_ms),
             ("skills.http_max_bytes", self.skills.http_max_bytes as u64),
+            (
+                "skills.storage_max_bytes",
+                self.skills.storage_max_bytes as u64,
+            ),
+            (
+                "skills.storage_max_value_bytes",
+                self.skills.storage_max_value_bytes as u64,
+            ),
         ];
-        for (key, value) in positive {
+        for &(key, value) in positive {
             if value == 0 {
                 return Err(ConfigError::Invalid {
                     origin: origin(key),
@@ -770,6 +843,30 @@ impl Config {
                 key: "mqtt.keep_alive_s".into(),
                 message: "must be at least 5 seconds".into(),
             });
+        }
+        let mqtt_limits = [
+            (
+                "mqtt.max_registration_bytes",
+                self.mqtt.max_registration_bytes,
+            ),
+            ("mqtt.max_peers", self.mqtt.max_peers),
+            ("mqtt.max_classes_per_peer", self.mqtt.max_classes_per_peer),
+            (
+                "mqtt.max_functions_per_peer",
+                self.mqtt.max_functions_per_peer,
+            ),
+            ("mqtt.max_name_bytes", self.mqtt.max_name_bytes),
+            ("mqtt.max_summary_bytes", self.mqtt.max_summary_bytes),
+            ("mqtt.max_text_bytes", self.mqtt.max_text_bytes),
+        ];
+        for (key, value) in mqtt_limits {
+            if value == 0 {
+                return Err(ConfigError::Invalid {
+                    origin: origin(key),
+                    key: key.into(),
+                    message: "must be at least 1".into(),
+                });
+            }
         }
         if self.mqtt.max_concurrent_calls == 0 {
             return Err(ConfigError::Invalid {
@@ -791,6 +888,19 @@ impl Config {
                 origin: origin("hub.endpoints"),
                 key: "hub.endpoints".into(),
                 message: "at least one endpoint is needed, e.g. [{ url = \"http://localhost:8080/v1\", model = \"default\" }]".into(),
+            });
+        }
+        // Refused here rather than at the first request: the person learns it at start.
+        if let Some(refusal) = self
+            .hub
+            .endpoints
+            .iter()
+            .find_map(|e| crate::hub::plain_http_refusal(e, self.hub.allow_insecure))
+        {
+            return Err(ConfigError::Invalid {
+                origin: origin("hub.endpoints"),
+                key: "hub.endpoints".into(),
+                message: refusal,
             });
         }
         if self.sandbox.memory_mib > 4095 {
@@ -1025,18 +1135,35 @@ fn insert(table: &mut toml::Table, key: &[String], value: toml::Value) {
     current.insert(last.clone(), value);
 }
 
+/// Masks secrets wherever they are: values of secret-named keys (also inside arrays and
+/// arrays of tables such as `hub.endpoints`) and passwords in URLs (`mqtt://u:p@host`).
 fn mask_secrets(table: &mut toml::Table) {
     for (key, value) in table.iter_mut() {
-        match value {
-            toml::Value::Table(inner) => mask_secrets(inner),
-            toml::Value::String(s)
-                if !s.is_empty() && SECRET_KEY_PARTS.iter().any(|p| key.contains(p)) =>
-            {
-                *s = "********".into();
-            }
-            _ => {}
-        }
+        mask_value(SECRET_KEY_PARTS.iter().any(|p| key.contains(p)), value);
     }
+}
+
+fn mask_value(secret: bool, value: &mut toml::Value) {
+    match value {
+        toml::Value::Table(inner) => mask_secrets(inner),
+        toml::Value::Array(items) => items.iter_mut().for_each(|v| mask_value(secret, v)),
+        toml::Value::String(s) if secret && !s.is_empty() => *s = "********".into(),
+        toml::Value::String(s) => {
+            if let Some(masked) = mask_url_password(s) {
+                *s = masked;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `scheme://user:password@host...` with the password masked; `None` when there is none.
+fn mask_url_password(s: &str) -> Option<String> {
+    let (scheme, rest) = s.split_once("://")?;
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let at = rest[..authority_end].rfind('@')?;
+    let (user, password) = rest[..at].split_once(':')?;
+    (!password.is_empty()).then(|| format!("{scheme}://{user}:********{}", &rest[at..]))
 }
 
 fn millis(d: Duration) -> u64 {
@@ -1204,7 +1331,10 @@ mod tests {
         let config = Config::load(None, env(&[])).unwrap();
         assert!(config.mqtt.broker.is_empty());
         assert_eq!(config.mqtt.topic_prefix, "strawberry");
-        assert_eq!(config.mqtt.remote_allow, vec!["*".to_string()]);
+        assert!(
+            config.mqtt.remote_allow.is_empty(),
+            "only @remote functions by default"
+        );
         let file =
             write("[mqtt]\nbroker = \"mqtt://hub\"\nca_file = \"ca.pem\"\nkeep_alive_s = 2\n");
         let err = Config::load(Some(file.path()), env(&[]))
@@ -1233,7 +1363,7 @@ mod tests {
         let path = dir.path().join("config.toml");
         std::fs::write(
             &path,
-            "[hub]\nmode = \"tools\"\nendpoints = [{ url = \"http://hub:8080\", model = \"big\", api_key_file = \"key\" }, { url = \"http://localhost:8081/v1\", model = \"small\" }]\n",
+            "[hub]\nmode = \"tools\"\nendpoints = [{ url = \"https://hub:8443\", model = \"big\", api_key_file = \"key\" }, { url = \"http://localhost:8081/v1\", model = \"small\" }]\n",
         )
         .unwrap();
         let config = Config::load(
@@ -1257,6 +1387,40 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("hub.mode"), "{err}");
+    }
+
+    #[test]
+    fn api_key_over_plain_http_off_loopback_is_refused_at_load() {
+        let endpoints = |url: &str| {
+            format!(
+                "[hub]\nendpoints = [{{ url = \"{url}\", model = \"m\", api_key_env = \"K\" }}]\n"
+            )
+        };
+        let file = write(&endpoints("http://hub.lan:8080/v1"));
+        let err = Config::load(Some(file.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("hub.endpoints"), "{err}");
+        assert!(err.contains("http://hub.lan:8080/v1"), "{err}");
+        assert!(err.contains("use https://"), "{err}");
+        assert!(err.contains("hub.allow_insecure = true"), "{err}");
+        let config = Config::load(
+            Some(file.path()),
+            env(&[("STRAWBERRY_SPOKE__HUB__ALLOW_INSECURE", "true")]),
+        )
+        .unwrap();
+        assert!(config.hub.allow_insecure);
+        for fine in [
+            "https://hub.lan:8443/v1",
+            "http://localhost:8080",
+            "http://127.0.0.2:8080",
+            "http://[::1]:8080",
+        ] {
+            let file = write(&endpoints(fine));
+            Config::load(Some(file.path()), env(&[])).unwrap();
+        }
+        let file = write("[hub]\nendpoints = [{ url = \"http://hub.lan:8080\", model = \"m\" }]\n");
+        Config::load(Some(file.path()), env(&[])).unwrap();
     }
 
     #[test]
@@ -1450,6 +1614,42 @@ mod tests {
         assert!(
             !text.contains("sk-123") && text.contains("********") && text.contains("gemma"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn show_masks_secrets_inside_arrays_and_urls() {
+        let mut table: toml::Table = toml::from_str(
+            r#"
+            [[hub.endpoints]]
+            url = "https://bob:hunter2@llm.example/v1"
+            model = "gemma"
+            api_key = "sk-in-array"
+            [[hub.endpoints]]
+            url = "http://localhost:8080"
+            model = "small"
+            [mqtt]
+            tokens = ["tok-1", "tok-2"]
+            url = "mqtts://spoke@broker:8883"
+            "#,
+        )
+        .unwrap();
+        mask_secrets(&mut table);
+        let text = toml::to_string(&table).unwrap();
+        for secret in ["sk-in-array", "hunter2", "tok-1", "tok-2"] {
+            assert!(!text.contains(secret), "{secret} shown in:\n{text}");
+        }
+        let endpoints = table["hub"]["endpoints"].as_array().unwrap();
+        assert_eq!(endpoints[0]["api_key"].as_str(), Some("********"));
+        assert_eq!(
+            endpoints[0]["url"].as_str(),
+            Some("https://bob:********@llm.example/v1")
+        );
+        assert_eq!(endpoints[1]["url"].as_str(), Some("http://localhost:8080"));
+        assert_eq!(endpoints[1]["model"].as_str(), Some("small"));
+        assert_eq!(
+            table["mqtt"]["url"].as_str(),
+            Some("mqtts://spoke@broker:8883")
         );
     }
 }

@@ -11,14 +11,16 @@
 //! online device that does, else fails naming the candidates. Without a link every
 //! answer is exactly the local-only one.
 
+use std::collections::HashMap;
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 use crate::mqtt::Link;
-use crate::mqtt::peers::{Peer, RemoteClass};
+use crate::mqtt::peers::{Peer, Peers, RemoteClass};
 use crate::sandbox::{DeviceHandler, DeviceRequest};
+use crate::skills::search::Doc;
 use crate::skills::watch::LiveRegistry;
 use crate::skills::{Registry, SkillClass, SkillFunction};
 
@@ -107,7 +109,7 @@ impl Device {
     fn search(&self, query: &str) -> Value {
         let registry = self.registry.current();
         if let Some(link) = &self.link {
-            return link.with_peers(|peers| self.search_everywhere(&registry, peers.all(), query));
+            return self.search_everywhere(&registry, &link.peers(), query);
         }
         let hits = registry
             .search(query, usize::MAX)
@@ -129,77 +131,55 @@ impl Device {
     }
 
     /// Search over this device's and every online peer's skills: one entry per class,
-    /// function and signature, listing its devices, this one first.
-    fn search_everywhere<'p>(
-        &self,
-        registry: &Registry,
-        peers: impl Iterator<Item = &'p Peer>,
-        query: &str,
-    ) -> Value {
-        struct Entry {
-            doc: RemoteClass,
-            devices: Vec<String>,
-        }
-        let mut entries: Vec<Entry> = Vec::new();
-        let mut add = |class: &dyn ClassLike, f: &SkillFunction, device: &str| {
-            let signature = f.signature();
-            if let Some(e) = entries.iter_mut().find(|e| {
-                e.doc.name == f.class
-                    && e.doc.functions[0].name == f.name
-                    && e.doc.functions[0].signature() == signature
-            }) {
-                if !e.devices.iter().any(|d| d == device) {
-                    e.devices.push(device.to_string());
+    /// function and signature, listing its devices, this one first. Reads the indexes
+    /// built when the skills loaded or arrived and a snapshot of the peers: the work
+    /// is linear in the functions, and the connection is never held up.
+    fn search_everywhere(&self, registry: &Registry, peers: &Peers, query: &str) -> Value {
+        let mut found = Found::default();
+        for (ci, class) in registry.classes().iter().enumerate() {
+            for (fi, f) in class.functions.iter().enumerate() {
+                if f.model_callable {
+                    found.add(registry.index().doc(ci, fi), f, &self.name, true);
                 }
-                return;
-            }
-            entries.push(Entry {
-                doc: class.single(f),
-                devices: vec![device.to_string()],
-            });
-        };
-        for class in registry.classes() {
-            for f in class.functions.iter().filter(|f| f.model_callable) {
-                add(class, f, &self.name);
             }
         }
-        let mut online: Vec<&Peer> = peers.filter(|p| p.online).collect();
+        let mut online: Vec<&Peer> = peers.all().filter(|p| p.online).collect();
         online.sort_by(|a, b| a.name.cmp(&b.name));
         for peer in online {
-            for class in &peer.classes {
-                for f in &class.functions {
-                    add(class, f, &peer.name);
+            for (ci, class) in peer.classes.iter().enumerate() {
+                for (fi, f) in class.functions.iter().enumerate() {
+                    found.add(peer.index.doc(ci, fi), f, &peer.name, false);
                 }
             }
         }
-        let docs: Vec<RemoteClass> = entries.iter().map(|e| e.doc.clone()).collect();
-        let hits = crate::skills::search::rank(&docs, query, usize::MAX);
-        let index_of = |f: &SkillFunction| {
-            docs.iter()
-                .position(|d| std::ptr::eq(&d.functions[0], f))
-                .unwrap_or(0)
-        };
-        let mut ranked: Vec<(f32, bool, usize)> = hits
-            .iter()
-            .map(|hit| {
-                let i = index_of(hit.function);
-                (hit.score, entries[i].devices[0] == self.name, i)
-            })
+        let scores = crate::skills::search::score(&found.docs, query);
+        let everything = crate::skills::search::query_is_empty(query);
+        let mut ranked: Vec<(f32, &Entry<'_>)> = scores
+            .into_iter()
+            .zip(&found.entries)
+            .filter(|(score, _)| everything || *score > 0.0)
             .collect();
-        // Best first; among equals, skills this device hosts first.
-        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+        // Best first; among equals, skills this device hosts first, then by name.
+        ranked.sort_by(|a, b| {
+            b.0.total_cmp(&a.0)
+                .then(b.1.local.cmp(&a.1.local))
+                .then_with(|| {
+                    (&a.1.function.class, &a.1.function.name)
+                        .cmp(&(&b.1.function.class, &b.1.function.name))
+                })
+        });
         Value::Array(
             ranked
                 .into_iter()
                 .take(SEARCH_LIMIT)
-                .map(|(_, _, i)| {
-                    let f = &entries[i].doc.functions[0];
+                .map(|(_, entry)| {
+                    let f = entry.function;
                     json!({
                         "name": f.qualified_name(),
                         "class": f.class,
-                        "signature": f.signature(),
+                        "signature": entry.signature,
                         "summary": f.summary,
-                        "devices": entries[i].devices,
+                        "devices": entry.devices,
                     })
                 })
                 .collect(),
@@ -318,7 +298,7 @@ impl Device {
                     format!("`{}` ({state})", normalise(&p.name))
                 })
                 .collect();
-            match peers.all().find(|p| p.answers_to(target)) {
+            match peers.resolve(target) {
                 None => Err(format!(
                     "no device named `{target}`; known devices: `{}` (this one){}{}",
                     normalise(&self.name),
@@ -400,29 +380,48 @@ impl Device {
     }
 }
 
-/// Turns a class and one of its functions into a one-function class, for ranking local
-/// and remote skills together.
-trait ClassLike {
-    fn single(&self, f: &SkillFunction) -> RemoteClass;
+/// One distinct skill function in a search across devices.
+struct Entry<'a> {
+    function: &'a SkillFunction,
+    signature: String,
+    local: bool,
+    devices: Vec<&'a str>,
 }
 
-impl ClassLike for SkillClass {
-    fn single(&self, f: &SkillFunction) -> RemoteClass {
-        RemoteClass {
-            name: self.name.clone(),
-            summary: self.summary.clone(),
-            description: self.description.clone(),
-            examples: self.examples.clone(),
-            functions: vec![f.clone()],
-        }
-    }
+/// The distinct functions of a search across devices and their documents, in step.
+#[derive(Default)]
+struct Found<'a> {
+    entries: Vec<Entry<'a>>,
+    docs: Vec<Doc<'a>>,
+    by_key: HashMap<(&'a str, &'a str, String), usize>,
 }
 
-impl ClassLike for RemoteClass {
-    fn single(&self, f: &SkillFunction) -> RemoteClass {
-        RemoteClass {
-            functions: vec![f.clone()],
-            ..self.clone()
+impl<'a> Found<'a> {
+    /// Adds `f` as hosted by `device`; a function already seen (same class, name and
+    /// signature) only gains the device, and keeps the text it was first seen with.
+    fn add(&mut self, doc: Doc<'a>, f: &'a SkillFunction, device: &'a str, local: bool) {
+        let signature = f.signature();
+        match self
+            .by_key
+            .entry((f.class.as_str(), f.name.as_str(), signature.clone()))
+        {
+            std::collections::hash_map::Entry::Occupied(seen) => {
+                let devices = &mut self.entries[*seen.get()].devices;
+                // Devices come one after the other: one already listed is the last.
+                if devices.last() != Some(&device) {
+                    devices.push(device);
+                }
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(self.entries.len());
+                self.entries.push(Entry {
+                    function: f,
+                    signature,
+                    local,
+                    devices: vec![device],
+                });
+                self.docs.push(doc);
+            }
         }
     }
 }

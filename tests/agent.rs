@@ -4,9 +4,12 @@
 
 #[path = "support/llm.rs"]
 mod llm;
+#[path = "support/poll.rs"]
+mod poll;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use llm::{Reply, ScriptedServer, delta_event, refusing_url, text_reply, text_reply_in_pieces};
 use serde_json::{Value, json};
@@ -821,4 +824,58 @@ async fn prompt_prints_the_exact_request() {
         system.contains("User: Set a timer for five minutes"),
         "{system}"
     );
+}
+
+/// How soon issue 14 wants a stopped turn's code to end.
+const CANCEL_SLACK: Duration = Duration::from_millis(500);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_a_turn_ends_its_code_and_the_skill_it_waits_on() {
+    const NAP_SKILL: &str = "//! Naps, for tests.\n\n/// Sleep a while.\n///\n/// @param ms: int  How long, in milliseconds.\n/// @return int  The milliseconds slept.\nfn nap(ms) {\n    sleep_ms(ms);\n    ms\n}\n";
+    let server = ScriptedServer::start(vec![
+        Reply::Chunks(text_reply(&[
+            "One moment.\n```rhai\ndevice.NapSkill.nap(5000)\n```\n",
+        ])),
+        Reply::Chunks(text_reply(&["Done."])),
+    ])
+    .await;
+    let skills = tempfile::tempdir().unwrap();
+    std::fs::write(skills.path().join("nap.rhai"), NAP_SKILL).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut config = config(&[&server.url], data.path());
+    config.skills.dir = skills.path().to_path_buf();
+    let (registry, errors) = Registry::load(&config.skills.dir, &config.host_settings());
+    assert!(errors.is_empty(), "{errors:?}");
+    let sandbox = Arc::new(Sandbox::new(config.sandbox.limits()).unwrap());
+    let hub = HubClient::new(&config.hub).unwrap();
+    let agent = Arc::new(Agent::new(
+        &config,
+        hub,
+        sandbox.clone(),
+        Arc::new(registry),
+    ));
+
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let turn = tokio::spawn({
+        let agent = agent.clone();
+        async move {
+            let mut session = agent.session();
+            agent.turn(&mut session, "take a nap", &tx).await
+        }
+    });
+    while !matches!(rx.recv().await, Some(TurnEvent::Code(_))) {}
+    // A run holds a reference to the sandbox (besides this test's and the agent's)
+    // for as long as it runs.
+    poll::wait_for_async("the code to start", Duration::from_secs(5), || {
+        (Arc::strong_count(&sandbox) == 3).then_some(())
+    })
+    .await;
+    turn.abort();
+    poll::wait_for_async(
+        "the run to end after its turn was stopped",
+        CANCEL_SLACK,
+        || (Arc::strong_count(&sandbox) == 2).then_some(()),
+    )
+    .await;
+    assert!(turn.await.unwrap_err().is_cancelled());
 }

@@ -234,9 +234,14 @@ fn notes_persist_across_restarts() {
         strings(&notes.ok("read", ("travel".to_string(),))),
         ["pack the charger"]
     );
-    let file = dir.path().join("skills/NotesSkill.json");
-    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
-    assert_eq!(json["list:travel"], serde_json::json!(["pack the charger"]));
+    // The journal's records, one JSON line each, as skills/README.md describes them.
+    let file = dir.path().join("skills/NotesSkill.jsonl");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        last,
+        serde_json::json!({"k": "list:travel", "v": ["pack the charger"]})
+    );
 }
 
 #[test]

@@ -1,10 +1,13 @@
 //! The command line as a newcomer uses it: the real binary, a skills folder on disk,
 //! exit statuses and messages.
 
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+#[path = "support/poll.rs"]
+mod poll;
 
-use std::io::Write;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
 
 const HELLO_SKILL: &str = r#"//! Greets people by name.
 
@@ -282,4 +285,55 @@ fn config_show_and_errors() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("sandbox.memory"), "{}", stderr(&out));
     assert!(stderr(&out).contains("bad.toml"), "{}", stderr(&out));
+}
+
+/// The run's total time in `exec_total_time_bounds_a_loop_of_skill_calls`.
+const TOTAL_TIMEOUT: Duration = Duration::from_secs(2);
+/// What issue 14 allows past the total time, plus the binary's start-up.
+const TOTAL_SLACK: Duration = Duration::from_millis(500);
+
+/// Kills the child when a test ends early, so a hanging run does not outlive it.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn exec_total_time_bounds_a_loop_of_skill_calls() {
+    let system =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("skills/system.rhai"))
+            .unwrap();
+    let spoke = Spoke::new().with_skill("system.rhai", &system);
+    // Each call runs `df` and takes milliseconds, none of it charged to the script's
+    // own 5 s; only the total ends the loop.
+    let child = spoke
+        .command(&["exec", "-e", r#"loop { device.SystemSkill.disk("/") }"#])
+        .env(
+            "STRAWBERRY_SPOKE__SANDBOX__TOTAL_TIMEOUT_MS",
+            TOTAL_TIMEOUT.as_millis().to_string(),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = Reaped(child);
+    let status = poll::wait_for(
+        "exec to end at its total time",
+        TOTAL_TIMEOUT + TOTAL_SLACK,
+        || child.0.try_wait().unwrap(),
+    );
+    let mut err = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("sandbox.total_timeout_ms"), "{err}");
 }

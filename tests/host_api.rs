@@ -411,7 +411,7 @@ fn storage_round_trips_values_and_persists() {
             .unwrap()
             .is_unit()
     );
-    assert!(Path::new(&data.path().join("skills/TestSkill.json")).exists());
+    assert!(Path::new(&data.path().join("skills/TestSkill.jsonl")).exists());
 }
 
 #[test]

@@ -79,7 +79,9 @@ fn where_am_i() {{
     )
 }
 
-/// A spoke's folder: config, skills, data, log.
+/// A spoke's folder: config, skills, data, log. Its config opens every skill function
+/// to other devices (`remote_allow = ["*"]`): these tests are about the link, and
+/// tests/mqtt_allow.rs about what is open by default.
 struct SpokeDir {
     dir: tempfile::TempDir,
 }
@@ -90,7 +92,8 @@ impl SpokeDir {
         std::fs::create_dir(dir.path().join("skills")).unwrap();
         let config = format!(
             "[device]\nname = \"{name}\"\ndata_dir = \"data\"\n\n[skills]\ndir = \"skills\"\ncall_timeout_ms = 500\n\n\
-             [mqtt]\nbroker = \"{broker}\"\ndevice_id = \"{id}\"\ncall_timeout_ms = 3000\n{extra}\n"
+             [mqtt]\nbroker = \"{broker}\"\ndevice_id = \"{id}\"\ncall_timeout_ms = 3000\n\
+             remote_allow = [\"*\"]\n{extra}\n"
         );
         std::fs::write(dir.path().join("config.toml"), config).unwrap();
         SpokeDir { dir }

@@ -546,7 +546,8 @@ fn expectation(path: &Path, code: &str) -> Expected {
 
 fn actual(result: &Result<Value, RunError>) -> Option<Expected> {
     match result {
-        Ok(_) => None,
+        // Nothing cancels these runs, so a cancellation is no expected ending either.
+        Ok(_) | Err(RunError::Cancelled) => None,
         Err(RunError::Syntax { .. }) => Some(Expected::Syntax),
         Err(RunError::Runtime { .. }) => Some(Expected::Runtime),
         Err(RunError::Limit { limit, .. }) => Some(Expected::Limit(*limit)),
@@ -649,4 +650,28 @@ fn recursion_past_the_stack_is_the_depth_limit() {
         );
     }
     assert_eq!(sandbox.run("1 + 1", &skills).result, Ok(json!(2)));
+}
+
+#[test]
+fn a_value_over_the_result_limit_is_the_output_limit() {
+    // Within every size limit inside the guest (10 000 elements), 190 KB as JSON.
+    let (outcome, _) =
+        run("print(\"built\");\nlet a = [];\nfor i in 0..10000 { a.push(1.0 / 3.0); }\na");
+    assert!(
+        matches!(
+            outcome.result,
+            Err(RunError::Limit {
+                limit: LimitKind::Output,
+                ..
+            })
+        ),
+        "{:?}",
+        outcome.result.as_ref().map(|v| v.to_string().len())
+    );
+    assert_eq!(outcome.output, "built\n");
+
+    // Just under the limit passes whole.
+    let limit = Limits::default().result_bytes;
+    let (outcome, _) = run(&format!("let s = \"\";\ns.pad({}, \"x\");\ns", limit - 2));
+    assert_eq!(outcome.result.map(|v| v.to_string().len()), Ok(limit));
 }

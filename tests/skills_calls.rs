@@ -14,6 +14,7 @@ fn settings(call_timeout: Duration) -> HostSettings {
         http_timeout: Duration::from_secs(1),
         http_max_bytes: 1 << 20,
         file_max_bytes: 1 << 20,
+        ..HostSettings::default()
     }
 }
 

@@ -174,7 +174,7 @@ fn wav_source_frames_drive_the_detector_like_a_microphone() {
     let audio = padded(&clean, 0.5, 2.0, None);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("command.wav");
-    let up = strawberry_spoke::audio::resample::resample(&audio, 16_000, 44_100);
+    let up = strawberry_spoke::audio::resample::resample(&audio, 16_000, 44_100).unwrap();
     let spec = hound::WavSpec {
         channels: 2,
         sample_rate: 44_100,

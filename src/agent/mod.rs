@@ -11,6 +11,12 @@
 //! order the model produced them: `ask` and `chat` print them, the voice pipeline
 //! will speak the sentences. Confirmations travel on the same channel, so they are
 //! asked in order too, by whoever consumes the stream (console now, voice later).
+//!
+//! Stopping a turn is dropping its future (the voice loop aborts its task on barge-in,
+//! the stop phrase and shutdown). A code block runs on a blocking thread that an abort
+//! cannot reach, so the turn holds the run's [`Cancel`] token through a guard that
+//! cancels it when dropped: the run, and any skill call it is waiting on, ends within
+//! a [`deadline::SLICE`] of the turn.
 
 pub mod memory;
 pub mod prompt;
@@ -30,8 +36,9 @@ use crate::config::{AgentConfig, Config};
 use crate::device::{Confirm, Device};
 use crate::hub::{ChatMessage, CodeMode, HubClient, HubError, ToolCall};
 use crate::mqtt::Link;
-use crate::sandbox::{RunOutcome, Sandbox};
+use crate::sandbox::{Cancel, RunOutcome, Sandbox};
 use crate::skills::Registry;
+use crate::skills::deadline;
 use crate::skills::watch::LiveRegistry;
 use prompt::PromptContext;
 use segment::{Leftover, Segment, Segmenter};
@@ -330,14 +337,19 @@ impl Agent {
         Err(TurnError::RoundLimit(self.config.max_rounds))
     }
 
-    /// Runs `code` in the sandbox on a blocking thread.
+    /// Runs `code` in the sandbox on a blocking thread; dropping the returned future
+    /// (the turn was stopped) cancels the run.
     async fn run_code(&self, device: &Arc<Device>, code: &str) -> Result<RunOutcome, TurnError> {
         let sandbox = self.sandbox.clone();
         let device = device.clone();
         let code = code.to_string();
-        tokio::task::spawn_blocking(move || sandbox.run(&code, device.as_ref()))
-            .await
-            .map_err(|e| TurnError::Sandbox(e.to_string()))
+        let cancel = Cancel::new();
+        let _stop_with_the_turn = cancel.cancel_on_drop();
+        tokio::task::spawn_blocking(move || {
+            sandbox.run_cancellable(&code, device.as_ref(), &cancel)
+        })
+        .await
+        .map_err(|e| TurnError::Sandbox(e.to_string()))
     }
 }
 
@@ -449,14 +461,15 @@ fn feedback_text(output: &str, result: &Result<String, String>) -> String {
 }
 
 /// Asks through the turn's event stream, so the question comes in order with the
-/// rest of the output. Called from the sandbox's blocking thread.
+/// rest of the output. Called from the sandbox's blocking thread; the wait for the
+/// answer ends (as a no) when the run runs out of time or is cancelled.
 struct ChannelConfirm {
     events: mpsc::UnboundedSender<TurnEvent>,
 }
 
 impl Confirm for ChannelConfirm {
     fn confirm(&self, call: &str) -> bool {
-        let (reply, answer) = oneshot::channel();
+        let (reply, mut answer) = oneshot::channel();
         if self
             .events
             .send(TurnEvent::Confirm {
@@ -467,6 +480,17 @@ impl Confirm for ChannelConfirm {
         {
             return false;
         }
-        answer.blocking_recv().unwrap_or(false)
+        loop {
+            match answer.try_recv() {
+                Ok(yes) => return yes,
+                Err(oneshot::error::TryRecvError::Closed) => return false,
+                Err(oneshot::error::TryRecvError::Empty) => {
+                    // A person answers in seconds; a slice of polling is not noticed.
+                    if !deadline::sleep(deadline::SLICE) {
+                        return false;
+                    }
+                }
+            }
+        }
     }
 }

@@ -352,9 +352,15 @@ impl Owner {
                 format: format.to_string(),
             });
         }
+        let resampler =
+            Resampler::new(config.sample_rate, SAMPLE_RATE).map_err(|e| CaptureError::Open {
+                device: id.clone(),
+                message: e.to_string(),
+                available: input_names(&host),
+            })?;
         let mut converter = Converter {
             channels: usize::from(config.channels.max(1)),
-            resampler: Resampler::new(config.sample_rate, SAMPLE_RATE),
+            resampler,
             pending: Vec::with_capacity(FRAME_SAMPLES * 8),
             frames: self.frames.clone(),
             shared: self.shared.clone(),

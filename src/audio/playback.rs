@@ -174,7 +174,13 @@ impl Owner {
                     }
                 }
                 if let Some(o) = &open {
-                    let mut out = resample(&samples, rate, o.rate);
+                    let mut out = match resample(&samples, rate, o.rate) {
+                        Ok(out) => out,
+                        Err(error) => {
+                            tracing::warn!("{error}; the reply is not played");
+                            continue;
+                        }
+                    };
                     for s in &mut out {
                         *s = (*s * self.volume).clamp(-1.0, 1.0);
                     }
@@ -366,8 +372,15 @@ impl Output for WavSink {
             audio.1 = rate;
         }
         let at = audio.1;
+        let converted = match resample(samples, rate, at) {
+            Ok(converted) => converted,
+            Err(error) => {
+                tracing::warn!("{error}; the audio is not written");
+                return;
+            }
+        };
         audio.0.extend(
-            resample(samples, rate, at)
+            converted
                 .into_iter()
                 .map(|s| (s * self.volume).clamp(-1.0, 1.0)),
         );

@@ -6,6 +6,10 @@
 //! do not depend on the input rate, and cheap at these rates. The streaming form keeps
 //! just the input samples the kernel still needs, so a microphone can be converted
 //! chunk by chunk with exactly the output the one-go form gives for the whole recording.
+//!
+//! Rates outside [`MIN_RATE`]..=[`MAX_RATE`] are refused: the work and the output grow
+//! with the ratio of the two rates, so a file or a device claiming 1 Hz would make a
+//! 16 kHz conversion allocate its input 16,000 times over.
 
 /// Zero crossings of the sinc kernel on each side, at the lower of the two rates.
 const KERNEL_ZEROS: f64 = 16.0;
@@ -15,6 +19,29 @@ const KERNEL_ZEROS: f64 = 16.0;
 /// one multiply-add per tap instead of a sine and a cosine, which matters because the
 /// conversion runs in the audio callback.
 const MAX_TABLE_PHASES: u64 = 1024;
+
+/// Lowest sample rate converted: below telephone quality nothing is left of speech.
+pub const MIN_RATE: u32 = 4_000;
+
+/// Highest sample rate converted: the fastest studio rate (384 kHz).
+pub const MAX_RATE: u32 = 384_000;
+
+/// A sample rate the resampler refuses.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("a sample rate of {rate} Hz is not supported; rates from {MIN_RATE} to {MAX_RATE} Hz are")]
+pub struct RateError {
+    /// The refused rate.
+    pub rate: u32,
+}
+
+/// `Ok` when `rate` is one the resampler converts.
+pub fn check_rate(rate: u32) -> Result<(), RateError> {
+    if (MIN_RATE..=MAX_RATE).contains(&rate) {
+        Ok(())
+    } else {
+        Err(RateError { rate })
+    }
+}
 
 /// Precomputed kernel weights, one row per phase of the output grid against the input.
 #[derive(Debug, Clone)]
@@ -46,9 +73,12 @@ pub struct Resampler {
 }
 
 impl Resampler {
-    /// A resampler from `from` Hz to `to` Hz (equal rates pass samples through).
-    pub fn new(from: u32, to: u32) -> Resampler {
-        let passthrough = from == to || from == 0 || to == 0;
+    /// A resampler from `from` Hz to `to` Hz (equal rates pass samples through); either
+    /// rate outside [`MIN_RATE`]..=[`MAX_RATE`] is refused.
+    pub fn new(from: u32, to: u32) -> Result<Resampler, RateError> {
+        check_rate(from)?;
+        check_rate(to)?;
+        let passthrough = from == to;
         let scale = if passthrough {
             1.0
         } else {
@@ -71,7 +101,7 @@ impl Resampler {
         if !passthrough {
             resampler.table = resampler.build_table(from, to);
         }
-        resampler
+        Ok(resampler)
     }
 
     fn build_table(&self, from: u32, to: u32) -> Option<Table> {
@@ -198,12 +228,12 @@ fn gcd(a: u64, b: u64) -> u64 {
 }
 
 /// Resamples mono audio from `from` Hz to `to` Hz in one go.
-pub fn resample(input: &[f32], from: u32, to: u32) -> Vec<f32> {
-    let mut resampler = Resampler::new(from, to);
-    let mut out = Vec::with_capacity(input.len() * to as usize / from.max(1) as usize + 1);
+pub fn resample(input: &[f32], from: u32, to: u32) -> Result<Vec<f32>, RateError> {
+    let mut resampler = Resampler::new(from, to)?;
+    let mut out = Vec::with_capacity(input.len() * to as usize / from as usize + 1);
     resampler.push(input, &mut out);
     resampler.finish(&mut out);
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -223,7 +253,7 @@ mod tests {
     #[test]
     fn resampling_keeps_speech_band_and_drops_what_cannot_be_represented() {
         // 1 kHz survives 48 kHz -> 16 kHz at full level and at the right frequency.
-        let out = resample(&tone(1000.0, 48_000, 1.0), 48_000, 16_000);
+        let out = resample(&tone(1000.0, 48_000, 1.0), 48_000, 16_000).unwrap();
         assert_eq!(out.len(), 16_000);
         let expected = tone(1000.0, 16_000, 1.0);
         let err: f64 = out[1000..15_000]
@@ -233,10 +263,10 @@ mod tests {
             .fold(0.0, f64::max);
         assert!(err < 0.01, "max error {err}");
         // 12 kHz cannot exist at 16 kHz: it must be filtered, not aliased to 4 kHz.
-        let aliased = resample(&tone(12_000.0, 48_000, 1.0), 48_000, 16_000);
+        let aliased = resample(&tone(12_000.0, 48_000, 1.0), 48_000, 16_000).unwrap();
         assert!(rms(&aliased[1000..15_000]) < 0.01, "{}", rms(&aliased));
         // Upsampling keeps the level too.
-        let up = resample(&tone(440.0, 8_000, 1.0), 8_000, 16_000);
+        let up = resample(&tone(440.0, 8_000, 1.0), 8_000, 16_000).unwrap();
         assert_eq!(up.len(), 16_000);
         assert!((rms(&up[1000..15_000]) - std::f64::consts::FRAC_1_SQRT_2).abs() < 0.01);
     }
@@ -244,8 +274,8 @@ mod tests {
     #[test]
     fn streaming_in_odd_chunks_equals_one_go() {
         let input = tone(440.0, 44_100, 0.5);
-        let whole = resample(&input, 44_100, 16_000);
-        let mut r = Resampler::new(44_100, 16_000);
+        let whole = resample(&input, 44_100, 16_000).unwrap();
+        let mut r = Resampler::new(44_100, 16_000).unwrap();
         let mut streamed = Vec::new();
         for chunk in input.chunks(337) {
             r.push(chunk, &mut streamed);
@@ -273,7 +303,7 @@ mod tests {
             (22_050, 16_000),
         ] {
             let input = tone(700.0, from, 0.3);
-            let mut with_table = Resampler::new(from, to);
+            let mut with_table = Resampler::new(from, to).unwrap();
             assert!(with_table.table.is_some(), "{from}");
             let mut direct = with_table.clone();
             direct.table = None;
@@ -288,5 +318,22 @@ mod tests {
                 .fold(0.0, f32::max);
             assert!(diff < 1e-5, "{from} -> {to}: {diff}");
         }
+    }
+
+    #[test]
+    fn absurd_rates_are_refused_before_any_work() {
+        for (from, to) in [
+            (1, 16_000),
+            (0, 16_000),
+            (16_000, 1),
+            (3_999, 16_000),
+            (400_000, 16_000),
+        ] {
+            let err = resample(&[0.0; 4], from, to).unwrap_err();
+            assert!(err.rate == from || err.rate == to, "{from} -> {to}: {err}");
+            assert!(err.to_string().contains("4000 to 384000 Hz"), "{err}");
+        }
+        assert_eq!(resample(&[0.5; 4], 4_000, 4_000).unwrap(), vec![0.5; 4]);
+        assert!(Resampler::new(384_000, 4_000).is_ok());
     }
 }

@@ -1,11 +1,15 @@
 //! WAV files: read any PCM or float WAV as mono, and a source that delivers a file as
 //! the same 16 kHz frames a microphone does (for tests and `listen FILE.wav`).
+//!
+//! A header is checked before any sample is read: a file can claim any rate, channel
+//! count or data length, and every later step (the sample buffer, the resampler) sizes
+//! its memory from those claims.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use super::resample::resample;
+use super::resample::{MAX_RATE, MIN_RATE, RateError, resample};
 use super::{FRAME_SAMPLES, Frame, SAMPLE_RATE};
 
 /// Why a WAV file could not be used.
@@ -17,6 +21,16 @@ pub enum AudioError {
         path: PathBuf,
         #[source]
         source: hound::Error,
+    },
+    /// The header claims something no sound file has.
+    #[error("{path}: {problem}; the file is damaged or not a sound recording")]
+    Header { path: PathBuf, problem: String },
+    /// The file's rate cannot be converted to 16 kHz.
+    #[error("{path}: {source}")]
+    Rate {
+        path: PathBuf,
+        #[source]
+        source: RateError,
     },
     /// The file holds no audio.
     #[error("{path}: the file holds no audio")]
@@ -69,23 +83,78 @@ pub struct Recording {
     pub channels: u16,
 }
 
-/// Reads a WAV file (8/16/24/32-bit integer or 32-bit float, any rate, any channels)
-/// and mixes it to mono.
+/// Most channels accepted (a large microphone array has 16 or 32).
+pub const MAX_CHANNELS: u16 = 32;
+
+/// Checks what a header claims before anything is sized from it: rate, channels, sample
+/// format, and that the data it announces fits in the file.
+fn check_header(
+    path: &Path,
+    spec: hound::WavSpec,
+    samples: u64,
+    file_bytes: u64,
+) -> Result<(), AudioError> {
+    let bad = |problem: String| {
+        Err(AudioError::Header {
+            path: path.to_path_buf(),
+            problem,
+        })
+    };
+    if !(MIN_RATE..=MAX_RATE).contains(&spec.sample_rate) {
+        return bad(format!(
+            "sample rate of {} Hz is outside {MIN_RATE}..={MAX_RATE} Hz",
+            spec.sample_rate
+        ));
+    }
+    if !(1..=MAX_CHANNELS).contains(&spec.channels) {
+        return bad(format!(
+            "{} channels is outside 1..={MAX_CHANNELS}",
+            spec.channels
+        ));
+    }
+    let sane_bits = match spec.sample_format {
+        // Extensible files may say 20 valid bits in a 24-bit container.
+        hound::SampleFormat::Int => (1..=32).contains(&spec.bits_per_sample),
+        hound::SampleFormat::Float => spec.bits_per_sample == 32,
+    };
+    if !sane_bits {
+        return bad(format!(
+            "{} bits per {:?} sample is not supported (integer up to 32 bits, 32-bit float)",
+            spec.bits_per_sample, spec.sample_format
+        ));
+    }
+    let data_bytes = samples.saturating_mul(u64::from(spec.bits_per_sample.div_ceil(8)));
+    if data_bytes > file_bytes {
+        return bad(format!(
+            "the header announces {data_bytes} bytes of audio but the file has only {file_bytes} bytes"
+        ));
+    }
+    Ok(())
+}
+
+/// Reads a WAV file (8/16/24/32-bit integer or 32-bit float, 1 to [`MAX_CHANNELS`]
+/// channels, a rate from 4 to 384 kHz) and mixes it to mono.
 pub fn read_wav(path: &Path) -> Result<Recording, AudioError> {
     let wav_err = |source| AudioError::Wav {
         path: path.to_path_buf(),
         source,
     };
-    let reader = hound::WavReader::open(path).map_err(wav_err)?;
+    let file = std::fs::File::open(path).map_err(|e| wav_err(hound::Error::IoError(e)))?;
+    let file_bytes = file
+        .metadata()
+        .map_err(|e| wav_err(hound::Error::IoError(e)))?
+        .len();
+    let reader = hound::WavReader::new(std::io::BufReader::new(file)).map_err(wav_err)?;
     let spec = reader.spec();
-    let channels = usize::from(spec.channels.max(1));
+    check_header(path, spec, u64::from(reader.len()), file_bytes)?;
+    let channels = usize::from(spec.channels);
     let interleaved: Vec<f32> = match spec.sample_format {
         hound::SampleFormat::Float => reader
             .into_samples::<f32>()
             .collect::<Result<_, _>>()
             .map_err(wav_err)?,
         hound::SampleFormat::Int => {
-            let scale = 1.0 / (1u64 << (spec.bits_per_sample.clamp(1, 32) - 1)) as f32;
+            let scale = 1.0 / (1u64 << (spec.bits_per_sample - 1)) as f32;
             reader
                 .into_samples::<i32>()
                 .map(|s| s.map(|v| v as f32 * scale))
@@ -112,7 +181,13 @@ pub fn read_wav(path: &Path) -> Result<Recording, AudioError> {
 /// Reads a WAV file and returns 16 kHz mono samples, with the file's own format.
 pub fn read_wav_16k(path: &Path) -> Result<(Vec<f32>, Recording), AudioError> {
     let recording = read_wav(path)?;
-    let samples = resample(&recording.samples, recording.sample_rate, SAMPLE_RATE);
+    let samples =
+        resample(&recording.samples, recording.sample_rate, SAMPLE_RATE).map_err(|source| {
+            AudioError::Rate {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
     Ok((samples, recording))
 }
 
@@ -190,6 +265,57 @@ mod tests {
         assert!(matches!(read_wav(&path), Err(AudioError::Wav { .. })));
         let missing = read_wav(&dir.path().join("none.wav")).unwrap_err();
         assert!(missing.to_string().contains("none.wav"), "{missing}");
+    }
+
+    /// A 16-bit mono PCM WAV whose header says `rate`, `channels` and `data_bytes`,
+    /// followed by `actual` bytes of silence.
+    fn crafted(rate: u32, channels: u16, bits: u16, data_bytes: u32, actual: usize) -> Vec<u8> {
+        let block = channels * bits / 8;
+        let mut b = Vec::new();
+        b.extend_from_slice(b"RIFF");
+        b.extend_from_slice(&(36 + data_bytes).to_le_bytes());
+        b.extend_from_slice(b"WAVEfmt ");
+        b.extend_from_slice(&16u32.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&channels.to_le_bytes());
+        b.extend_from_slice(&rate.to_le_bytes());
+        b.extend_from_slice(&(rate * u32::from(block)).to_le_bytes());
+        b.extend_from_slice(&block.to_le_bytes());
+        b.extend_from_slice(&bits.to_le_bytes());
+        b.extend_from_slice(b"data");
+        b.extend_from_slice(&data_bytes.to_le_bytes());
+        b.resize(b.len() + actual, 0);
+        b
+    }
+
+    #[test]
+    fn hostile_headers_are_refused_naming_file_and_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            (crafted(1, 1, 16, 3200, 3200), "sample rate of 1 Hz"),
+            (
+                crafted(1_000_000, 1, 16, 3200, 3200),
+                "sample rate of 1000000 Hz",
+            ),
+            (crafted(16_000, 200, 16, 3200, 3200), "200 channels"),
+            (
+                crafted(16_000, 1, 16, 0xFFFF_FF00, 64),
+                "announces 4294967040 bytes",
+            ),
+        ];
+        for (i, (bytes, problem)) in cases.into_iter().enumerate() {
+            let path = dir.path().join(format!("hostile-{i}.wav"));
+            std::fs::write(&path, bytes).unwrap();
+            let err = read_wav(&path).unwrap_err();
+            let text = err.to_string();
+            assert!(matches!(err, AudioError::Header { .. }), "{text}");
+            assert!(text.contains(&format!("hostile-{i}.wav")), "{text}");
+            assert!(text.contains(problem), "{problem:?} not in {text}");
+        }
+        let fine = dir.path().join("fine.wav");
+        std::fs::write(&fine, crafted(8_000, 2, 16, 3200, 3200)).unwrap();
+        let rec = read_wav(&fine).unwrap();
+        assert_eq!((rec.sample_rate, rec.samples.len()), (8_000, 800));
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! `serve` is that alone (a TV box or media server that hosts skills but has no
 //! microphone); `run` adds the voice loop ([`voice`]) on top and talks to systemd
 //! ([`systemd`]). Each owns its tasks and ends them in order on SIGTERM or SIGINT:
-//! the turn in progress is abandoned, speech stops, hot reload stops, `offline` is
-//! published, the connection closes.
+//! the turn in progress is abandoned (and the code it runs cancelled), speech stops,
+//! hot reload stops, `offline` is published, the connection closes.
 //!
 //! - [`listener`]: frames to commands (wake word, then end of speech).
 //! - [`voice`]: commands to spoken replies, and the loop that ties it all together.

@@ -7,7 +7,9 @@
 //!   being worked out or spoken;
 //! - the *conversation task* receives what was heard and runs one [`Pipeline::respond`]
 //!   at a time as its own task, so a wake word during a turn can abort it (barge-in)
-//!   or, with `wake.interrupt = false`, queue the next command behind it;
+//!   or, with `wake.interrupt = false`, queue the next command behind it. Aborting the
+//!   task is the one way a turn is stopped (barge-in, shutdown); the agent turns that
+//!   into cancelling the sandbox run on its blocking thread, see [`crate::agent`];
 //! - the [`Speaker`] thread synthesises and plays sentences as they stream.
 //!
 //! [`Pipeline`] is the part `listen FILE.wav` shares: one command from audio to reply.

@@ -13,12 +13,20 @@
 //! lines; all the tolerance for server quirks lives in [`sse`] and [`stream`].
 //!
 //! The API key is read once from a file or an environment variable and only ever
-//! placed in the `Authorization` header; it is never logged or printed.
+//! placed in the `Authorization` header; it is never logged or printed. It is not sent
+//! in clear text off this machine: an endpoint with a key on plain `http` to a host
+//! that is not loopback is refused unless `hub.allow_insecure` says otherwise, and
+//! redirects are not followed (an API has no business moving a POST elsewhere).
+//!
+//! The server is not trusted with our memory either: the reply is held to
+//! [`StreamLimits`] (see [`stream`]) and an error body is read only up to
+//! `hub.max_error_body_bytes`.
 
 pub mod sse;
 pub mod stream;
 
-pub use stream::{ChatStream, ToolCall};
+pub use sse::EventTooLarge;
+pub use stream::{Assembler, ChatStream, StreamLimits, ToolCall};
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -86,6 +94,19 @@ pub enum HubError {
         "the model's reply passed {0} bytes without ending and was stopped (hub.max_reply_bytes)"
     )]
     TooLong(usize),
+    /// One SSE line or event passed `hub.max_event_bytes`.
+    #[error("the hub sent malformed data: {0}")]
+    EventTooLarge(#[from] EventTooLarge),
+    /// A tool call past `hub.max_tool_calls`.
+    #[error(
+        "the model's reply has a tool call with index {index}, past the limit of {limit} tool calls per reply (hub.max_tool_calls)"
+    )]
+    TooManyToolCalls {
+        /// The index the server sent.
+        index: u64,
+        /// The configured limit.
+        limit: usize,
+    },
     /// The server reported an error in the middle of the stream.
     #[error("the hub reported an error: {0}")]
     Server(String),
@@ -128,7 +149,8 @@ pub struct HubClient {
     first_byte_timeout: Duration,
     chunk_timeout: Duration,
     retry_after: Duration,
-    max_reply_bytes: usize,
+    limits: StreamLimits,
+    max_error_body_bytes: usize,
     max_tokens: u32,
 }
 
@@ -141,6 +163,7 @@ impl HubClient {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
+            .redirect(reqwest::redirect::Policy::none())
             .tcp_nodelay(true);
         if let Some(ca) = &config.ca_file {
             let pem = std::fs::read(ca).map_err(|e| {
@@ -157,6 +180,17 @@ impl HubClient {
         let http = builder
             .build()
             .map_err(|e| HubError::Setup(format!("cannot set up HTTP(S): {e}")))?;
+        for endpoint in &config.endpoints {
+            if let Some(refusal) = plain_http_refusal(endpoint, config.allow_insecure) {
+                return Err(HubError::Setup(refusal));
+            }
+            if sends_key_in_clear(endpoint) {
+                tracing::warn!(
+                    endpoint = %endpoint.url,
+                    "the API key goes over plain http to another machine, readable on the way (hub.allow_insecure = true)"
+                );
+            }
+        }
         let endpoints = config
             .endpoints
             .iter()
@@ -174,7 +208,8 @@ impl HubClient {
             first_byte_timeout: Duration::from_millis(config.first_byte_timeout_ms),
             chunk_timeout: Duration::from_millis(config.chunk_timeout_ms),
             retry_after: Duration::from_millis(config.retry_down_after_ms),
-            max_reply_bytes: config.max_reply_bytes,
+            limits: StreamLimits::from_config(config),
+            max_error_body_bytes: config.max_error_body_bytes,
             max_tokens: config.max_tokens,
         })
     }
@@ -269,20 +304,16 @@ impl HubClient {
             let response = request.send().await.map_err(describe_send_error)?;
             let status = response.status();
             if !status.is_success() {
-                let text = response.text().await.unwrap_or_default();
-                return Err(describe_status(status, &text));
+                let body = read_capped(response, self.max_error_body_bytes).await;
+                return Err(describe_status(status, &String::from_utf8_lossy(&body)));
             }
             let event_stream = response
                 .headers()
                 .get(reqwest::header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .is_none_or(|v| !v.contains("application/json"));
-            let mut stream = ChatStream::new(
-                response,
-                event_stream,
-                self.chunk_timeout,
-                self.max_reply_bytes,
-            );
+            let mut stream =
+                ChatStream::new(response, event_stream, self.chunk_timeout, self.limits);
             stream.prime().await.map_err(|e| e.to_string())?;
             Ok(stream)
         };
@@ -293,6 +324,60 @@ impl HubClient {
                 self.first_byte_timeout.as_millis()
             )),
         }
+    }
+}
+
+/// At most `cap` bytes of an error body: a server may send an endless one, and its
+/// start is all the message shows. The rest is never read; dropping the response
+/// closes the connection.
+async fn read_capped(mut response: reqwest::Response, cap: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    while body.len() < cap {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = cap - body.len();
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    body
+}
+
+/// Whether `endpoint` sends an API key over plain `http` to a host other than this
+/// machine, where anyone on the way can read it.
+pub fn sends_key_in_clear(endpoint: &EndpointConfig) -> bool {
+    if endpoint.api_key_file.is_none() && endpoint.api_key_env.is_none() {
+        return false;
+    }
+    let Ok(url) = reqwest::Url::parse(&completions_url(&endpoint.url)) else {
+        return false; // never sent anywhere: the request fails before connecting
+    };
+    url.scheme() == "http" && !is_loopback(&url)
+}
+
+/// Why `endpoint` is refused, if it is: it would send its key in clear text off this
+/// machine and `allow_insecure` (`hub.allow_insecure`) is off.
+pub fn plain_http_refusal(endpoint: &EndpointConfig, allow_insecure: bool) -> Option<String> {
+    (!allow_insecure && sends_key_in_clear(endpoint)).then(|| {
+        format!(
+            "hub endpoint {} would send its API key over plain http to another machine: use https:// (with hub.ca_file for a private CA), or set hub.allow_insecure = true to accept that anyone on the network can read the key",
+            endpoint.url.trim()
+        )
+    })
+}
+
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => ip.is_loopback(),
+        Ok(std::net::IpAddr::V6(ip)) => {
+            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+        Err(_) => host.trim_end_matches('.').eq_ignore_ascii_case("localhost"),
     }
 }
 
@@ -356,6 +441,7 @@ fn describe_status(status: reqwest::StatusCode, body: &str) -> String {
         .ok()
         .and_then(|v| stream::error_message(&v))
         .unwrap_or_else(|| body.chars().take(200).collect());
+    let detail: String = detail.chars().take(stream::ERROR_CHARS).collect();
     let hint = match status.as_u16() {
         401 | 403 => "check the API key (api_key_file / api_key_env)",
         404 => "check the endpoint URL and the model name",

@@ -5,6 +5,14 @@
 //! or just the end of the body, an error object in the middle of the stream, tool-call
 //! arguments in pieces (vLLM) or whole (Ollama), and a plain JSON body when the server
 //! ignored `stream: true`.
+//!
+//! The assembly is an [`Assembler`]: synchronous, bytes in, text pieces and tool calls
+//! out, so it can be driven (and fuzzed) without a network. Nothing the server sends
+//! makes it hold more than its [`StreamLimits`] allow: reply text, tool-call ids, names
+//! and arguments together stay under `max_reply_bytes`, a reply has at most
+//! `max_tool_calls` calls (an index past that is an error, never a vector grown up to
+//! it), one SSE event stays under `max_event_bytes`, and the bytes on the wire under a
+//! generous multiple of `max_reply_bytes`.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -14,6 +22,7 @@ use serde_json::Value;
 
 use super::HubError;
 use super::sse::SseParser;
+use crate::config::HubConfig;
 
 /// A native tool call, as the assistant message carries it back to the server.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -44,128 +53,128 @@ fn framing_limit(max_reply_bytes: usize) -> usize {
     max_reply_bytes.saturating_mul(128).max(4 << 20)
 }
 
-/// A reply being received.
-pub struct ChatStream {
-    response: reqwest::Response,
+/// What one reply may take, from `[hub]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamLimits {
+    /// Reply text plus tool-call ids, names and arguments (`hub.max_reply_bytes`).
+    pub max_reply_bytes: usize,
+    /// One SSE line or event (`hub.max_event_bytes`).
+    pub max_event_bytes: usize,
+    /// Tool calls in one reply (`hub.max_tool_calls`).
+    pub max_tool_calls: usize,
+}
+
+impl StreamLimits {
+    /// The limits configured in `config`.
+    pub fn from_config(config: &HubConfig) -> Self {
+        StreamLimits {
+            max_reply_bytes: config.max_reply_bytes,
+            max_event_bytes: config.max_event_bytes,
+            max_tool_calls: config.max_tool_calls,
+        }
+    }
+}
+
+impl Default for StreamLimits {
+    fn default() -> Self {
+        StreamLimits::from_config(&HubConfig::default())
+    }
+}
+
+/// Assembles one reply from the bytes of its body: synchronous, no I/O.
+///
+/// Feed the body with [`feed`](Self::feed) as it arrives, take text with
+/// [`next_piece`](Self::next_piece), call [`finish`](Self::finish) at the end of the
+/// body; then [`tool_calls`](Self::tool_calls) is complete. After an error the reply
+/// is over: the caller stops feeding.
+#[derive(Debug)]
+pub struct Assembler {
     parser: SseParser,
     event_stream: bool,
     json_body: Vec<u8>,
     pending: VecDeque<String>,
     calls: Vec<ToolCall>,
     done: bool,
-    chunk_timeout: Duration,
-    max_reply_bytes: usize,
+    limits: StreamLimits,
     received: usize,
-    text_bytes: usize,
-    endpoint: usize,
-    endpoint_url: String,
+    reply_bytes: usize,
     finish_reason: Option<String>,
 }
 
-impl ChatStream {
-    /// Wraps a successful response; `event_stream` is false for a plain JSON body.
-    pub(super) fn new(
-        response: reqwest::Response,
-        event_stream: bool,
-        chunk_timeout: Duration,
-        max_reply_bytes: usize,
-    ) -> Self {
-        ChatStream {
-            response,
-            parser: SseParser::default(),
+impl Assembler {
+    /// An assembler for an SSE body (`event_stream`) or a plain JSON one.
+    pub fn new(limits: StreamLimits, event_stream: bool) -> Self {
+        Assembler {
+            parser: SseParser::new(limits.max_event_bytes),
             event_stream,
             json_body: Vec::new(),
             pending: VecDeque::new(),
             calls: Vec::new(),
             done: false,
-            chunk_timeout,
-            max_reply_bytes,
+            limits,
             received: 0,
-            text_bytes: 0,
-            endpoint: 0,
-            endpoint_url: String::new(),
+            reply_bytes: 0,
             finish_reason: None,
         }
     }
 
-    pub(super) fn with_endpoint(mut self, index: usize, url: String) -> Self {
-        self.endpoint = index;
-        self.endpoint_url = url;
-        self
-    }
-
-    /// Which endpoint answered: 0 is the first configured, more means a fallback.
-    pub fn endpoint(&self) -> usize {
-        self.endpoint
-    }
-
-    /// The URL of the endpoint that answered.
-    pub fn endpoint_url(&self) -> &str {
-        &self.endpoint_url
-    }
-
-    /// Why the server says the reply ended (`stop`, `length`, `tool_calls`...).
-    pub fn finish_reason(&self) -> Option<&str> {
-        self.finish_reason.as_deref()
-    }
-
-    /// Waits for the first bytes of the body (the caller bounds this wait).
-    pub(super) async fn prime(&mut self) -> Result<(), HubError> {
-        let chunk = self.response.chunk().await;
-        self.take(chunk)
-    }
-
-    /// The next piece of text, `None` at the end of the reply.
-    pub async fn next(&mut self) -> Result<Option<String>, HubError> {
-        loop {
-            if let Some(piece) = self.pending.pop_front() {
-                return Ok(Some(piece));
-            }
-            if self.done {
-                return Ok(None);
-            }
-            let chunk = tokio::time::timeout(self.chunk_timeout, self.response.chunk())
-                .await
-                .map_err(|_| HubError::Stalled(self.chunk_timeout))?;
-            self.take(chunk)?;
+    /// Takes the next bytes of the body.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<(), HubError> {
+        if self.done {
+            return Ok(()); // after `[DONE]`: whatever follows is not part of the reply
         }
-    }
-
-    /// The tool calls of the reply, complete once [`next`](Self::next) returned `None`.
-    pub fn tool_calls(&self) -> &[ToolCall] {
-        &self.calls
-    }
-
-    fn take(&mut self, chunk: reqwest::Result<Option<impl AsRef<[u8]>>>) -> Result<(), HubError> {
-        let chunk = chunk.map_err(|e| HubError::Cut(error_chain(&e)))?;
-        let Some(bytes) = chunk else {
-            self.done = true;
-            if self.event_stream {
-                for event in self.parser.finish() {
-                    self.event(&event.event, &event.data)?;
-                }
-            } else {
-                self.whole_body()?;
-            }
-            return Ok(());
-        };
-        let bytes = bytes.as_ref();
-        self.received += bytes.len();
-        if self.received > framing_limit(self.max_reply_bytes) {
+        self.received = self.received.saturating_add(bytes.len());
+        if self.received > framing_limit(self.limits.max_reply_bytes) {
             // Framing, not text, can also grow without end (e.g. endless keep-alives).
-            return Err(HubError::TooLong(self.max_reply_bytes));
+            return Err(HubError::TooLong(self.limits.max_reply_bytes));
         }
         if !self.event_stream {
             self.json_body.extend_from_slice(bytes);
             return Ok(());
         }
-        for event in self.parser.push(bytes) {
+        for event in self.parser.push(bytes)? {
             if self.done {
                 break;
             }
             self.event(&event.event, &event.data)?;
         }
         Ok(())
+    }
+
+    /// The body ended: completes the last event (or parses the JSON body).
+    pub fn finish(&mut self) -> Result<(), HubError> {
+        if self.done {
+            return Ok(());
+        }
+        self.done = true;
+        if self.event_stream {
+            for event in self.parser.finish()? {
+                self.event(&event.event, &event.data)?;
+            }
+            Ok(())
+        } else {
+            self.whole_body()
+        }
+    }
+
+    /// The next piece of text received, if any.
+    pub fn next_piece(&mut self) -> Option<String> {
+        self.pending.pop_front()
+    }
+
+    /// Whether the reply is complete (`[DONE]` or the end of the body).
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// The tool calls assembled so far; complete once [`is_done`](Self::is_done).
+    pub fn tool_calls(&self) -> &[ToolCall] {
+        &self.calls
+    }
+
+    /// Why the server says the reply ended (`stop`, `length`, `tool_calls`...).
+    pub fn finish_reason(&self) -> Option<&str> {
+        self.finish_reason.as_deref()
     }
 
     fn event(&mut self, name: &str, data: &str) -> Result<(), HubError> {
@@ -196,6 +205,7 @@ impl ChatStream {
         let value: Value = serde_json::from_slice(&self.json_body).map_err(|e| {
             HubError::Malformed(format!("the reply is neither SSE nor valid JSON: {e}"))
         })?;
+        self.json_body = Vec::new();
         if let Some(message) = error_message(&value) {
             return Err(HubError::Server(message));
         }
@@ -223,29 +233,41 @@ impl ChatStream {
             if let Some(text) = delta.get("content").and_then(Value::as_str)
                 && !text.is_empty()
             {
-                self.text_bytes += text.len();
-                if self.text_bytes > self.max_reply_bytes {
-                    return Err(HubError::TooLong(self.max_reply_bytes));
-                }
+                self.count(text.len())?;
                 self.pending.push_back(text.to_string());
             }
             if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
                 for (position, call) in calls.iter().enumerate() {
-                    self.tool_delta(position, call);
+                    self.tool_delta(position, call)?;
                 }
             }
         }
         if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-            self.finish_reason = Some(reason.to_string());
+            self.finish_reason = Some(reason.chars().take(64).collect());
         }
         Ok(())
     }
 
-    fn tool_delta(&mut self, position: usize, call: &Value) {
+    /// Counts `bytes` more of the reply against `max_reply_bytes`.
+    fn count(&mut self, bytes: usize) -> Result<(), HubError> {
+        self.reply_bytes = self.reply_bytes.saturating_add(bytes);
+        if self.reply_bytes > self.limits.max_reply_bytes {
+            return Err(HubError::TooLong(self.limits.max_reply_bytes));
+        }
+        Ok(())
+    }
+
+    fn tool_delta(&mut self, position: usize, call: &Value) -> Result<(), HubError> {
+        // Some servers leave the index out (or send something else): the position then.
         let index = call
             .get("index")
             .and_then(Value::as_u64)
-            .map_or(position, |i| i as usize);
+            .unwrap_or(position as u64);
+        let limit = self.limits.max_tool_calls;
+        let index = match usize::try_from(index) {
+            Ok(i) if i < limit => i,
+            _ => return Err(HubError::TooManyToolCalls { index, limit }),
+        };
         while self.calls.len() <= index {
             let n = self.calls.len();
             self.calls.push(ToolCall {
@@ -257,44 +279,141 @@ impl ChatStream {
                 },
             });
         }
-        let slot = &mut self.calls[index];
         if let Some(id) = call.get("id").and_then(Value::as_str)
             && !id.is_empty()
         {
-            slot.id = id.to_string();
+            self.count(id.len())?;
+            self.calls[index].id = id.to_string();
         }
         let Some(function) = call.get("function") else {
-            return;
+            return Ok(());
         };
         if let Some(name) = function.get("name").and_then(Value::as_str)
-            && slot.function.name != name
+            && self.calls[index].function.name != name
         {
-            slot.function.name.push_str(name);
+            self.count(name.len())?;
+            self.calls[index].function.name.push_str(name);
         }
         match function.get("arguments") {
-            Some(Value::String(piece)) => slot.function.arguments.push_str(piece),
+            Some(Value::String(piece)) => {
+                self.count(piece.len())?;
+                self.calls[index].function.arguments.push_str(piece);
+            }
             Some(Value::Null) | None => {}
             // Some servers send the arguments as an object rather than as text.
-            Some(object) => slot.function.arguments = object.to_string(),
+            Some(object) => {
+                let text = object.to_string();
+                self.count(text.len())?;
+                self.calls[index].function.arguments = text;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A reply being received.
+pub struct ChatStream {
+    response: reqwest::Response,
+    assembler: Assembler,
+    chunk_timeout: Duration,
+    endpoint: usize,
+    endpoint_url: String,
+}
+
+impl ChatStream {
+    /// Wraps a successful response; `event_stream` is false for a plain JSON body.
+    pub(super) fn new(
+        response: reqwest::Response,
+        event_stream: bool,
+        chunk_timeout: Duration,
+        limits: StreamLimits,
+    ) -> Self {
+        ChatStream {
+            response,
+            assembler: Assembler::new(limits, event_stream),
+            chunk_timeout,
+            endpoint: 0,
+            endpoint_url: String::new(),
+        }
+    }
+
+    pub(super) fn with_endpoint(mut self, index: usize, url: String) -> Self {
+        self.endpoint = index;
+        self.endpoint_url = url;
+        self
+    }
+
+    /// Which endpoint answered: 0 is the first configured, more means a fallback.
+    pub fn endpoint(&self) -> usize {
+        self.endpoint
+    }
+
+    /// The URL of the endpoint that answered.
+    pub fn endpoint_url(&self) -> &str {
+        &self.endpoint_url
+    }
+
+    /// Why the server says the reply ended (`stop`, `length`, `tool_calls`...).
+    pub fn finish_reason(&self) -> Option<&str> {
+        self.assembler.finish_reason()
+    }
+
+    /// Waits for the first bytes of the body (the caller bounds this wait).
+    pub(super) async fn prime(&mut self) -> Result<(), HubError> {
+        let chunk = self.response.chunk().await;
+        self.take(chunk)
+    }
+
+    /// The next piece of text, `None` at the end of the reply.
+    pub async fn next(&mut self) -> Result<Option<String>, HubError> {
+        loop {
+            if let Some(piece) = self.assembler.next_piece() {
+                return Ok(Some(piece));
+            }
+            if self.assembler.is_done() {
+                return Ok(None);
+            }
+            let chunk = tokio::time::timeout(self.chunk_timeout, self.response.chunk())
+                .await
+                .map_err(|_| HubError::Stalled(self.chunk_timeout))?;
+            self.take(chunk)?;
+        }
+    }
+
+    /// The tool calls of the reply, complete once [`next`](Self::next) returned `None`.
+    pub fn tool_calls(&self) -> &[ToolCall] {
+        self.assembler.tool_calls()
+    }
+
+    fn take(&mut self, chunk: reqwest::Result<Option<impl AsRef<[u8]>>>) -> Result<(), HubError> {
+        match chunk.map_err(|e| HubError::Cut(error_chain(&e)))? {
+            Some(bytes) => self.assembler.feed(bytes.as_ref()),
+            None => self.assembler.finish(),
         }
     }
 }
 
 /// The message of an OpenAI-style error object (`{"error": {"message": ...}}`,
-/// `{"error": "..."}`), if `value` is one.
+/// `{"error": "..."}`), if `value` is one; cut to a few hundred characters, enough
+/// to say what went wrong without a server filling the screen (or the log).
 pub fn error_message(value: &Value) -> Option<String> {
     let error = value.get("error")?;
     if error.is_null() {
         return None;
     }
-    Some(
-        error
-            .get("message")
-            .and_then(Value::as_str)
-            .or_else(|| error.as_str())
-            .map_or_else(|| error.to_string(), str::to_string),
-    )
+    let text = match error
+        .get("message")
+        .and_then(Value::as_str)
+        .or_else(|| error.as_str())
+    {
+        Some(text) => text.chars().take(ERROR_CHARS).collect(),
+        None => error.to_string().chars().take(ERROR_CHARS).collect(),
+    };
+    Some(text)
 }
+
+/// Characters of a server's error message shown.
+pub(super) const ERROR_CHARS: usize = 300;
 
 fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
@@ -305,4 +424,94 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = inner.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> StreamLimits {
+        StreamLimits {
+            max_reply_bytes: 100,
+            max_event_bytes: 1000,
+            max_tool_calls: 4,
+        }
+    }
+
+    fn event(delta: Value) -> String {
+        format!(
+            "data: {}\n\n",
+            serde_json::json!({"choices": [{"index": 0, "delta": delta}]})
+        )
+    }
+
+    #[test]
+    fn text_and_tool_calls_from_bytes() {
+        let mut a = Assembler::new(limits(), true);
+        let body = [
+            event(serde_json::json!({"content": "Hi. "})),
+            event(serde_json::json!({"tool_calls": [{"index": 1, "id": "b",
+                "function": {"name": "run_code", "arguments": {"code": "1"}}}]})),
+            "data: [DONE]\n\ndata: ignored\n\n".into(),
+        ]
+        .concat();
+        a.feed(body.as_bytes()).unwrap();
+        a.finish().unwrap();
+        assert!(a.is_done());
+        assert_eq!(a.next_piece().as_deref(), Some("Hi. "));
+        assert_eq!(a.next_piece(), None);
+        let calls = a.tool_calls();
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].id, "call_0");
+        assert_eq!(calls[1].function.arguments, "{\"code\":\"1\"}");
+    }
+
+    #[test]
+    fn ids_names_and_arguments_count_against_the_reply_limit() {
+        for call in [
+            serde_json::json!({"index": 0, "id": "i".repeat(101)}),
+            serde_json::json!({"index": 0, "function": {"name": "n".repeat(101)}}),
+            serde_json::json!({"index": 0, "function": {"arguments": "a".repeat(101)}}),
+            serde_json::json!({"index": 0, "function": {"arguments": {"a": "b".repeat(101)}}}),
+        ] {
+            let mut a = Assembler::new(limits(), true);
+            let body = event(serde_json::json!({"tool_calls": [call]}));
+            assert!(
+                matches!(a.feed(body.as_bytes()), Err(HubError::TooLong(100))),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn calls_past_the_limit_are_refused_by_index_or_by_position() {
+        let mut a = Assembler::new(limits(), true);
+        let body = event(serde_json::json!({"tool_calls": [{"index": 4}]}));
+        assert!(matches!(
+            a.feed(body.as_bytes()),
+            Err(HubError::TooManyToolCalls { index: 4, limit: 4 })
+        ));
+        let mut a = Assembler::new(limits(), true);
+        let five = vec![serde_json::json!({"function": {"name": "f"}}); 5];
+        let body = event(serde_json::json!({ "tool_calls": five }));
+        assert!(matches!(
+            a.feed(body.as_bytes()),
+            Err(HubError::TooManyToolCalls { index: 4, limit: 4 })
+        ));
+        assert!(a.tool_calls().len() <= 4);
+    }
+
+    #[test]
+    fn a_plain_json_body_is_bounded_by_the_framing_limit() {
+        let mut a = Assembler::new(limits(), false);
+        let chunk = vec![b' '; 1 << 20];
+        let mut result = Ok(());
+        for _ in 0..5 {
+            result = a.feed(&chunk);
+            if result.is_err() {
+                break;
+            }
+        }
+        assert!(matches!(result, Err(HubError::TooLong(100))));
+    }
 }

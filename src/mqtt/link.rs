@@ -1,33 +1,55 @@
 //! The connection task and the handle everything else uses to reach it.
+//!
+//! The task owns everything that changes with the connection: the event loop, the
+//! table of calls waiting for an answer, the peer registry and what this spoke last
+//! published. Callers hand it calls over a bounded channel and wait on a reply channel
+//! of their own; readers of the peer registry get immutable snapshots the task
+//! replaces on each change, so nothing outside waits on the task or holds it up.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::{LastWill, Packet, Publish, PublishProperties};
+use rumqttc::v5::mqttbytes::v5::{Filter, LastWill, Packet, Publish, PublishProperties};
 use rumqttc::v5::{AsyncClient, Event, EventLoop, MqttOptions};
 use rumqttc::{Outgoing, TlsConfiguration, Transport};
 use serde_json::Value;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use crate::device::Confirm;
+use crate::skills::deadline;
 use crate::skills::watch::LiveRegistry;
 
-use super::peers::Peers;
-use super::protocol::{CallRequest, CallResponse, OFFLINE, ONLINE, Registration, TopicKind};
+use super::peers::{Peers, RegistrationError};
+use super::protocol::{
+    CallRequest, CallResponse, OFFLINE, ONLINE, Registration, TopicKind, clean_text,
+    valid_device_id,
+};
 use super::server::Server;
 use super::settings::LinkSettings;
 
 /// Largest packet accepted from the broker (registrations of other spokes included);
-/// the broker drops bigger ones instead of this spoke disconnecting over them.
+/// the broker drops bigger ones instead of this spoke disconnecting over them. Raised
+/// when the configured limits allow larger payloads, plus room for topic and headers.
 const MAX_PACKET: u32 = 1024 * 1024;
+const PACKET_OVERHEAD: usize = 4096;
 /// Reconnect backoff bounds.
 const BACKOFF_START: Duration = Duration::from_millis(100);
 const BACKOFF_CAP: Duration = Duration::from_millis(1500);
+/// Calls handed to the connection task and not yet taken; each caller has at most
+/// one in flight, so this is only reached by a stalled task.
+const COMMAND_QUEUE: usize = 256;
+/// How often a blocked caller looks at its run's deadline (the shared contract).
+const WAIT_SLICE: Duration = Duration::from_millis(50);
+/// Bytes of random correlation data per call: not guessable by other broker clients.
+const CORRELATION_BYTES: usize = 16;
+/// Corrections of this spoke's own retained topics are at most this frequent, so two
+/// clients that both think they own the topic (one device id configured twice) do
+/// not publish in a loop.
+const CORRECTION_EVERY: Duration = Duration::from_secs(1);
 
 /// What this process is on the bus.
 pub enum Role {
@@ -44,18 +66,26 @@ pub enum Role {
     Caller,
 }
 
-type Pending = Mutex<HashMap<u64, SyncSender<Result<Value, String>>>>;
+/// What the handle asks of the connection task.
+enum Command {
+    /// Publish a call and answer on `reply`; give up at `until`.
+    Call {
+        device_id: String,
+        payload: Vec<u8>,
+        until: Instant,
+        reply: SyncSender<Result<Value, String>>,
+    },
+    /// Publish the registration again (the skills changed).
+    Republish,
+}
 
 struct Shared {
     client: AsyncClient,
     settings: LinkSettings,
-    client_id: String,
-    reply_topic: String,
-    peers: RwLock<Peers>,
-    pending: Pending,
-    next_id: AtomicU64,
+    is_spoke: bool,
     ready: watch::Sender<bool>,
-    server: Option<Arc<Server>>,
+    peers: watch::Sender<Arc<Peers>>,
+    commands: mpsc::Sender<Command>,
 }
 
 /// The handle to the MQTT link. Cheap to clone; the connection itself lives in one
@@ -87,7 +117,14 @@ impl Link {
             settings.broker.port,
         );
         options.set_keep_alive(settings.keep_alive);
-        options.set_max_packet_size(Some(MAX_PACKET));
+        let largest = settings
+            .peer_limits
+            .registration_bytes
+            .max(settings.max_payload)
+            .saturating_add(PACKET_OVERHEAD);
+        options.set_max_packet_size(Some(
+            u32::try_from(largest).unwrap_or(u32::MAX).max(MAX_PACKET),
+        ));
         options.set_clean_start(true);
         let mut network = rumqttc::NetworkOptions::new();
         // Without TCP_NODELAY a QoS 1 round trip takes ~90 ms instead of ~0.1 ms.
@@ -115,19 +152,32 @@ impl Link {
             Arc::new(Server::new(client.clone(), &settings, skills, confirm))
         });
         let reply_topic = topics.replies(&client_id);
+        let peers = Peers::new(&settings.device_name, settings.peer_limits.clone());
         let (ready, _) = watch::channel(false);
+        let (peers_tx, _) = watch::channel(Arc::new(peers.clone()));
+        let (commands, commands_rx) = mpsc::channel(COMMAND_QUEUE);
         let shared = Arc::new(Shared {
             client,
             settings,
+            is_spoke: server.is_some(),
+            ready,
+            peers: peers_tx,
+            commands,
+        });
+        let state = Task {
+            shared: shared.clone(),
+            server,
             client_id,
             reply_topic,
-            peers: RwLock::new(Peers::default()),
-            pending: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
-            ready,
-            server,
-        });
-        let task = tokio::spawn(run(shared.clone(), eventloop));
+            peers,
+            pending: HashMap::new(),
+            connected: false,
+            registration: None,
+            own_status: Correction::default(),
+            own_skills: Correction::default(),
+            peers_full_warned: false,
+        };
+        let task = tokio::spawn(run(state, eventloop, commands_rx));
         Link {
             shared,
             task: Arc::new(Mutex::new(Some(task))),
@@ -153,23 +203,30 @@ impl Link {
             .is_ok_and(|r| r.is_ok())
     }
 
-    /// Reads the registry of other spokes.
+    /// The registry of other spokes as it is now: a snapshot, never changed, that can
+    /// be read for as long as needed without holding up the connection.
+    pub fn peers(&self) -> Arc<Peers> {
+        self.shared.peers.borrow().clone()
+    }
+
+    /// Reads the registry of other spokes (a snapshot, see [`Link::peers`]).
     pub fn with_peers<R>(&self, f: impl FnOnce(&Peers) -> R) -> R {
-        f(&self.shared.peers.read().unwrap_or_else(|e| e.into_inner()))
+        f(&self.peers())
     }
 
     /// Publishes the registration again (after the skills changed).
     pub fn republish(&self) {
-        if let Some(server) = &self.shared.server
-            && self.is_ready()
+        if self.shared.is_spoke
+            && let Err(e) = self.shared.commands.try_send(Command::Republish)
         {
-            publish_registration(&self.shared, server);
+            tracing::error!(error = %e, "cannot ask the MQTT task to republish the skills");
         }
     }
 
     /// Calls `class.function` on device `device_id` and waits for the answer, at most
-    /// the configured call timeout. Blocks the calling thread: call it from the
-    /// sandbox's thread or `spawn_blocking`, never from an async task.
+    /// the configured call timeout and never past the current run's deadline
+    /// ([`deadline`]). Blocks the calling thread: call it from the sandbox's thread or
+    /// `spawn_blocking`, never from an async task.
     pub fn call_blocking(
         &self,
         device_id: &str,
@@ -178,13 +235,17 @@ impl Link {
         function: &str,
         args: &[Value],
     ) -> Result<Value, String> {
-        let shared = &self.shared;
-        let settings = &shared.settings;
+        let settings = &self.shared.settings;
         let qualified = format!("{class}.{function}");
         if !self.is_ready() {
             return Err(format!(
                 "cannot call {qualified} on `{device_name}`: not connected to the MQTT broker {}:{} (it is retried in the background)",
                 settings.broker.host, settings.broker.port
+            ));
+        }
+        if deadline::expired() {
+            return Err(format!(
+                "no time is left in this run to call {qualified} on `{device_name}`"
             ));
         }
         let request = CallRequest {
@@ -202,37 +263,49 @@ impl Link {
                 settings.max_payload
             ));
         }
-        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let wait = deadline::bounded(settings.call_timeout);
+        let until = Instant::now() + wait;
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        lock(&shared.pending).insert(id, tx);
-        let properties = PublishProperties {
-            response_topic: Some(shared.reply_topic.clone()),
-            correlation_data: Some(Bytes::copy_from_slice(&id.to_be_bytes())),
-            ..PublishProperties::default()
-        };
-        let sent = shared.client.try_publish_with_properties(
-            settings.topics.rpc(device_id),
-            QoS::AtLeastOnce,
-            false,
+        let command = Command::Call {
+            device_id: device_id.to_string(),
             payload,
-            properties,
-        );
-        if let Err(e) = sent {
-            lock(&shared.pending).remove(&id);
-            return Err(format!("cannot send the call to `{device_name}`: {e}"));
+            until,
+            reply: tx,
+        };
+        if let Err(e) = self.shared.commands.try_send(command) {
+            return Err(format!(
+                "cannot send the call of {qualified} to `{device_name}`: the MQTT link is {}",
+                match e {
+                    mpsc::error::TrySendError::Full(_) => "overloaded; try again shortly",
+                    mpsc::error::TrySendError::Closed(_) => "stopped",
+                }
+            ));
         }
-        match rx.recv_timeout(settings.call_timeout) {
-            Ok(outcome) => outcome,
-            Err(RecvTimeoutError::Timeout) => {
-                lock(&shared.pending).remove(&id);
-                Err(format!(
-                    "`{device_name}` did not answer {qualified} within {} ms (mqtt.call_timeout_ms); it may be busy or gone",
-                    settings.call_timeout.as_millis()
-                ))
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if deadline::expired() || left.is_zero() {
+                return Err(if wait < settings.call_timeout {
+                    format!(
+                        "the run ran out of time waiting for `{device_name}` to answer {qualified}; it may or may not have run"
+                    )
+                } else {
+                    format!(
+                        "`{device_name}` did not answer {qualified} within {} ms (mqtt.call_timeout_ms); it may be busy or gone",
+                        settings.call_timeout.as_millis()
+                    )
+                });
             }
-            Err(RecvTimeoutError::Disconnected) => Err(format!(
-                "the call of {qualified} on `{device_name}` was abandoned"
-            )),
+            match rx.recv_timeout(left.min(WAIT_SLICE)) {
+                Ok(outcome) => return outcome,
+                Err(RecvTimeoutError::Timeout) => {}
+                // The task drops a call at its end: said as a timeout, above.
+                Err(RecvTimeoutError::Disconnected) if Instant::now() >= until => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(format!(
+                        "the call of {qualified} on `{device_name}` was abandoned"
+                    ));
+                }
+            }
         }
     }
 
@@ -240,7 +313,7 @@ impl Link {
     /// connection task to end (at most 2 s).
     pub async fn shutdown(&self) {
         let shared = &self.shared;
-        if shared.server.is_some() && self.is_ready() {
+        if shared.is_spoke && self.is_ready() {
             let _ = shared
                 .client
                 .publish(
@@ -252,7 +325,7 @@ impl Link {
                 .await;
         }
         let _ = shared.client.disconnect().await;
-        let task = lock(&self.task).take();
+        let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(task) = task
             && tokio::time::timeout(Duration::from_secs(2), task)
                 .await
@@ -263,30 +336,79 @@ impl Link {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // The protected maps stay consistent across a panic elsewhere.
-    m.lock().unwrap_or_else(|e| e.into_inner())
+/// A call waiting for its answer.
+struct Pending {
+    reply: SyncSender<Result<Value, String>>,
+    until: Instant,
+}
+
+/// When one of this spoke's own retained topics was last put right, and whether it is
+/// due again.
+#[derive(Default)]
+struct Correction {
+    last: Option<Instant>,
+    due: Option<Instant>,
+}
+
+impl Correction {
+    /// Someone else wrote the topic: when to correct it (now, or when the pause since
+    /// the last correction is over).
+    fn request(&mut self, now: Instant) {
+        let at = self
+            .last
+            .map_or(now, |last| (last + CORRECTION_EVERY).max(now));
+        self.due = Some(self.due.map_or(at, |due| due.min(at)));
+    }
+
+    /// Whether a correction is due at `now`; marks it done.
+    fn take(&mut self, now: Instant) -> bool {
+        if self.due.is_some_and(|due| due <= now) {
+            self.due = None;
+            self.last = Some(now);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The state the connection task owns.
+struct Task {
+    shared: Arc<Shared>,
+    server: Option<Arc<Server>>,
+    client_id: String,
+    reply_topic: String,
+    peers: Peers,
+    /// Calls in flight, by their random correlation data.
+    pending: HashMap<[u8; CORRELATION_BYTES], Pending>,
+    /// Connected, subscribed, and (a spoke) announced.
+    connected: bool,
+    /// The registration this spoke last published.
+    registration: Option<Bytes>,
+    own_status: Correction,
+    own_skills: Correction,
+    peers_full_warned: bool,
 }
 
 /// The connection task: polls the event loop (which reconnects), dispatches what
-/// arrives, and re-establishes subscriptions and presence after every ConnAck.
-async fn run(shared: Arc<Shared>, mut eventloop: EventLoop) {
-    let broker = format!(
-        "{}:{}",
-        shared.settings.broker.host, shared.settings.broker.port
-    );
+/// arrives, takes calls from the handles, and re-establishes subscriptions and
+/// presence after every ConnAck.
+async fn run(mut task: Task, mut eventloop: EventLoop, mut commands: mpsc::Receiver<Command>) {
+    let settings = &task.shared.settings;
+    let broker = format!("{}:{}", settings.broker.host, settings.broker.port);
     let mut backoff = BACKOFF_START;
     let mut suback_wanted = 0usize;
     let mut connected_once = false;
     let mut outage_logged = false;
     loop {
-        match eventloop.poll().await {
+        let event = task.serve(&mut commands, eventloop.poll()).await;
+        match event {
             Ok(Event::Incoming(Packet::ConnAck(_))) => {
                 backoff = BACKOFF_START;
                 outage_logged = false;
-                tracing::info!(%broker, client_id = %shared.client_id, reconnect = connected_once, "connected to the MQTT broker");
+                tracing::info!(%broker, client_id = %task.client_id, reconnect = connected_once, "connected to the MQTT broker");
                 connected_once = true;
-                suback_wanted = subscribe(&shared);
+                suback_wanted = task.subscribe();
             }
             Ok(Event::Incoming(Packet::SubAck(_))) => {
                 if suback_wanted > 0 {
@@ -294,165 +416,318 @@ async fn run(shared: Arc<Shared>, mut eventloop: EventLoop) {
                     if suback_wanted == 0 {
                         // Retained messages of the earlier subscriptions arrived before
                         // this last SubAck: the peer registry is complete.
-                        if let Some(server) = &shared.server {
-                            announce(&shared, server);
-                        }
-                        shared.ready.send_replace(true);
+                        task.announce();
+                        task.connected = true;
+                        task.shared.ready.send_replace(true);
                     }
                 }
             }
-            Ok(Event::Incoming(Packet::Publish(publish))) => dispatch(&shared, publish),
+            Ok(Event::Incoming(Packet::Publish(publish))) => task.dispatch(publish),
             Ok(Event::Incoming(Packet::Disconnect(d))) => {
                 tracing::warn!(%broker, reason = ?d.reason_code, "the broker closed the connection");
             }
             Ok(Event::Outgoing(Outgoing::Disconnect)) => {
                 tracing::info!(%broker, "disconnected from the MQTT broker");
-                lost(&shared, "this device disconnected");
+                task.lost("this device disconnected");
                 return;
             }
             Ok(_) => {}
             Err(error) => {
-                lost(&shared, "the connection to the MQTT broker was lost");
+                task.lost("the connection to the MQTT broker was lost");
                 if outage_logged {
                     tracing::debug!(%broker, %error, "still cannot reach the MQTT broker");
                 } else {
                     tracing::warn!(%broker, %error, "MQTT connection failed; retrying with backoff up to {BACKOFF_CAP:?}");
                     outage_logged = true;
                 }
-                tokio::time::sleep(backoff).await;
+                task.serve(&mut commands, tokio::time::sleep(backoff)).await;
                 backoff = (backoff * 2).min(BACKOFF_CAP);
             }
         }
     }
 }
 
-/// Requests this role's subscriptions; returns how many SubAcks to expect.
-fn subscribe(shared: &Shared) -> usize {
-    let topics = &shared.settings.topics;
-    let mut filters = vec![topics.all_status(), topics.all_skills()];
-    if shared.server.is_some() {
-        filters.push(topics.rpc(&shared.settings.device_id));
-    }
-    // The reply topic last: its SubAck means every retained message is in.
-    filters.push(shared.reply_topic.clone());
-    let mut requested = 0;
-    for filter in filters {
-        match shared
-            .client
-            .try_subscribe(filter.clone(), QoS::AtLeastOnce)
-        {
-            Ok(()) => requested += 1,
-            Err(e) => tracing::error!(%filter, error = %e, "cannot subscribe"),
+impl Task {
+    /// Runs `until` to completion while taking commands and keeping time: the event
+    /// loop's future is never dropped half way (it may be writing a packet).
+    async fn serve<F: Future>(
+        &mut self,
+        commands: &mut mpsc::Receiver<Command>,
+        until: F,
+    ) -> F::Output {
+        tokio::pin!(until);
+        loop {
+            let wake = self.next_wake();
+            tokio::select! {
+                output = &mut until => return output,
+                Some(command) = commands.recv() => self.command(command),
+                () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now).into()), if wake.is_some() => self.tick(),
+            }
         }
     }
-    requested
-}
 
-/// Publishes presence and registration (retained).
-fn announce(shared: &Shared, server: &Server) {
-    let status = shared.settings.topics.status(&shared.settings.device_id);
-    if let Err(e) = shared
-        .client
-        .try_publish(status, QoS::AtLeastOnce, true, ONLINE)
-    {
-        tracing::error!(error = %e, "cannot publish the online status");
+    /// The next time something is due: a call's end or a correction.
+    fn next_wake(&self) -> Option<Instant> {
+        self.pending
+            .values()
+            .map(|p| p.until)
+            .chain(self.own_status.due)
+            .chain(self.own_skills.due)
+            .min()
     }
-    publish_registration(shared, server);
-}
 
-fn publish_registration(shared: &Shared, server: &Server) {
-    let settings = &shared.settings;
-    let registry = server.skills().current();
-    let registration =
-        Registration::of(&registry, &settings.device_id, &settings.device_name, |f| {
-            settings.allow.permits(f)
+    fn tick(&mut self) {
+        let now = Instant::now();
+        self.pending.retain(|_, p| {
+            // The caller has given up by now; this only clears the table.
+            p.until > now
         });
-    let functions: usize = registration.classes.iter().map(|c| c.functions.len()).sum();
-    let payload = match serde_json::to_vec(&registration) {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot render the registration");
+        if self.own_status.take(now) {
+            tracing::warn!("another client wrote this device's status; published it again");
+            self.publish_status();
+        }
+        if self.own_skills.take(now) {
+            tracing::warn!("another client wrote this device's registration; published it again");
+            self.publish_registration();
+        }
+    }
+
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::Republish => {
+                if self.connected {
+                    self.publish_registration();
+                }
+            }
+            Command::Call {
+                device_id,
+                payload,
+                until,
+                reply,
+            } => {
+                if !self.connected {
+                    let _ = reply.try_send(Err(
+                        "not connected to the MQTT broker (it is retried in the background)".into(),
+                    ));
+                    return;
+                }
+                let mut id = [0u8; CORRELATION_BYTES];
+                if let Err(e) = getrandom::fill(&mut id) {
+                    let _ = reply.try_send(Err(format!(
+                        "cannot make a correlation id for the call: the system's random source failed: {e}"
+                    )));
+                    return;
+                }
+                let properties = PublishProperties {
+                    response_topic: Some(self.reply_topic.clone()),
+                    correlation_data: Some(Bytes::copy_from_slice(&id)),
+                    ..PublishProperties::default()
+                };
+                let sent = self.shared.client.try_publish_with_properties(
+                    self.shared.settings.topics.rpc(&device_id),
+                    QoS::AtLeastOnce,
+                    false,
+                    payload,
+                    properties,
+                );
+                match sent {
+                    Ok(()) => {
+                        self.pending.insert(id, Pending { reply, until });
+                    }
+                    Err(e) => {
+                        let _ = reply.try_send(Err(format!("cannot send the call: {e}")));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Requests this role's subscriptions; returns how many SubAcks to expect.
+    fn subscribe(&self) -> usize {
+        let topics = &self.shared.settings.topics;
+        // A spoke does not want its own status and registration back: whatever it
+        // receives on them was written by someone else.
+        let own = |path: String| Filter {
+            nolocal: self.shared.is_spoke,
+            ..Filter::new(path, QoS::AtLeastOnce)
+        };
+        let mut filters = vec![own(topics.all_status()), own(topics.all_skills())];
+        if self.shared.is_spoke {
+            filters.push(Filter::new(
+                topics.rpc(&self.shared.settings.device_id),
+                QoS::AtLeastOnce,
+            ));
+        }
+        // The reply topic last: its SubAck means every retained message is in.
+        filters.push(Filter::new(self.reply_topic.clone(), QoS::AtLeastOnce));
+        let mut requested = 0;
+        for filter in filters {
+            let path = filter.path.clone();
+            match self.shared.client.try_subscribe_many([filter]) {
+                Ok(()) => requested += 1,
+                Err(e) => tracing::error!(filter = %path, error = %e, "cannot subscribe"),
+            }
+        }
+        requested
+    }
+
+    /// Publishes presence and registration (retained).
+    fn announce(&mut self) {
+        if self.server.is_some() {
+            self.publish_status();
+            self.publish_registration();
+        }
+    }
+
+    fn publish_status(&self) {
+        let status = self
+            .shared
+            .settings
+            .topics
+            .status(&self.shared.settings.device_id);
+        if let Err(e) = self
+            .shared
+            .client
+            .try_publish(status, QoS::AtLeastOnce, true, ONLINE)
+        {
+            tracing::error!(error = %e, "cannot publish the online status");
+        }
+    }
+
+    fn publish_registration(&mut self) {
+        let Some(server) = &self.server else {
+            return;
+        };
+        let settings = &self.shared.settings;
+        let registry = server.skills().current();
+        let registration =
+            Registration::of(&registry, &settings.device_id, &settings.device_name, |f| {
+                settings.allow.permits(f)
+            });
+        let functions: usize = registration.classes.iter().map(|c| c.functions.len()).sum();
+        let payload = match serde_json::to_vec(&registration) {
+            Ok(p) => Bytes::from(p),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot render the registration");
+                return;
+            }
+        };
+        match self.shared.client.try_publish(
+            settings.topics.skills(&settings.device_id),
+            QoS::AtLeastOnce,
+            true,
+            payload.clone(),
+        ) {
+            Ok(()) => {
+                self.registration = Some(payload);
+                tracing::info!(functions, "skills registered");
+            }
+            Err(e) => tracing::error!(error = %e, "cannot publish the registration"),
+        }
+    }
+
+    /// The connection is gone: fail the calls in flight and forget who is online.
+    fn lost(&mut self, why: &str) {
+        self.connected = false;
+        self.shared.ready.send_replace(false);
+        self.peers.all_offline();
+        self.share_peers();
+        for (_, pending) in self.pending.drain() {
+            let _ = pending.reply.try_send(Err(format!(
+                "{why} while the call was in flight; it may or may not have run"
+            )));
+        }
+    }
+
+    fn share_peers(&self) {
+        self.shared.peers.send_replace(Arc::new(self.peers.clone()));
+    }
+
+    fn dispatch(&mut self, publish: Publish) {
+        let Ok(topic) = std::str::from_utf8(&publish.topic) else {
+            return;
+        };
+        let settings = &self.shared.settings;
+        let own = settings.device_id.as_str();
+        match settings.topics.parse(topic) {
+            Some(TopicKind::Status(id)) if id == own => self.own_status_seen(&publish.payload),
+            Some(TopicKind::Skills(id)) if id == own => self.own_skills_seen(&publish.payload),
+            Some(TopicKind::Status(id)) if valid_device_id(id) => {
+                let outcome = self.peers.set_status(id, &publish.payload);
+                match outcome {
+                    Ok(()) => self.share_peers(),
+                    Err(error) => self.refused(id, &error),
+                }
+            }
+            Some(TopicKind::Skills(id)) if valid_device_id(id) => {
+                let outcome = self.peers.set_registration(id, &publish.payload);
+                self.share_peers();
+                if let Err(error) = outcome {
+                    self.refused(id, &error);
+                }
+            }
+            Some(TopicKind::Rpc(id)) if id == own => {
+                if let Some(server) = &self.server {
+                    server.clone().accept(publish);
+                }
+            }
+            Some(TopicKind::Replies(id)) if id == self.client_id => self.reply(&publish),
+            _ => {}
+        }
+    }
+
+    /// Someone else wrote this spoke's status (it does not receive its own): unless it
+    /// says what this spoke says, put it right.
+    fn own_status_seen(&mut self, payload: &[u8]) {
+        if self.connected && self.server.is_some() && payload != ONLINE.as_bytes() {
+            self.own_status.request(Instant::now());
+        }
+    }
+
+    /// Someone else wrote this spoke's registration: unless it is the one this spoke
+    /// published, put it right.
+    fn own_skills_seen(&mut self, payload: &Bytes) {
+        if self.connected && self.server.is_some() && self.registration.as_ref() != Some(payload) {
+            self.own_skills.request(Instant::now());
+        }
+    }
+
+    /// Reports a refused registration or device, naming the device and the limit; a
+    /// full registry is reported once, not for each further device id.
+    fn refused(&mut self, id: &str, error: &RegistrationError) {
+        if matches!(error, RegistrationError::TooManyPeers { .. }) {
+            if std::mem::replace(&mut self.peers_full_warned, true) {
+                tracing::debug!(device = id, %error, "ignored a device");
+                return;
+            }
+            tracing::warn!(device = id, %error, "ignored a device, and will ignore further new ones");
             return;
         }
-    };
-    match shared.client.try_publish(
-        settings.topics.skills(&settings.device_id),
-        QoS::AtLeastOnce,
-        true,
-        payload,
-    ) {
-        Ok(()) => tracing::info!(functions, "skills registered"),
-        Err(e) => tracing::error!(error = %e, "cannot publish the registration"),
-    }
-}
-
-/// The connection is gone: fail the calls in flight and forget who is online.
-fn lost(shared: &Shared, why: &str) {
-    shared.ready.send_replace(false);
-    shared
-        .peers
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .all_offline();
-    let pending: Vec<_> = lock(&shared.pending).drain().collect();
-    for (_, tx) in pending {
-        let _ = tx.try_send(Err(format!(
-            "{why} while the call was in flight; it may or may not have run"
-        )));
-    }
-}
-
-fn dispatch(shared: &Shared, publish: Publish) {
-    let Ok(topic) = std::str::from_utf8(&publish.topic) else {
-        return;
-    };
-    let own = &shared.settings.device_id;
-    match shared.settings.topics.parse(topic) {
-        Some(TopicKind::Status(id)) if id != own => {
-            shared
-                .peers
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .set_status(id, &publish.payload);
+        let mut text = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            text = format!("{text}: {cause}");
+            source = cause.source();
         }
-        Some(TopicKind::Skills(id)) if id != own => {
-            let result = shared
-                .peers
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .set_registration(id, &publish.payload);
-            if let Err(error) = result {
-                tracing::warn!(device = id, %error, "ignored a registration");
-            }
-        }
-        Some(TopicKind::Rpc(id)) if id == own => {
-            if let Some(server) = &shared.server {
-                server.clone().accept(publish);
-            }
-        }
-        Some(TopicKind::Replies(id)) if id == shared.client_id => reply(shared, &publish),
-        _ => {}
+        tracing::warn!(device = id, error = %text, "refused a registration; the device's previous one, if any, stays");
     }
-}
 
-fn reply(shared: &Shared, publish: &Publish) {
-    let id = publish
-        .properties
-        .as_ref()
-        .and_then(|p| p.correlation_data.as_ref())
-        .and_then(|c| <[u8; 8]>::try_from(c.as_ref()).ok())
-        .map(u64::from_be_bytes);
-    let Some(id) = id else {
-        tracing::warn!("an answer without usable correlation data was ignored");
-        return;
-    };
-    let Some(tx) = lock(&shared.pending).remove(&id) else {
-        tracing::debug!(id, "an answer arrived after its call gave up");
-        return;
-    };
-    let outcome = match serde_json::from_slice::<CallResponse>(&publish.payload) {
-        Ok(response) => response.into_result(),
-        Err(e) => Err(format!("the remote device sent a malformed answer: {e}")),
-    };
-    let _ = tx.try_send(outcome);
+    fn reply(&mut self, publish: &Publish) {
+        let id = publish
+            .properties
+            .as_ref()
+            .and_then(|p| p.correlation_data.as_ref())
+            .and_then(|c| <[u8; CORRELATION_BYTES]>::try_from(c.as_ref()).ok());
+        // Anyone may publish here: only the answer to a call still waiting counts, and
+        // the rest is not worth a log line each.
+        let Some(pending) = id.and_then(|id| self.pending.remove(&id)) else {
+            tracing::debug!("an answer that matches no call in flight was ignored");
+            return;
+        };
+        let outcome = match serde_json::from_slice::<CallResponse>(&publish.payload) {
+            Ok(response) => response.into_result().map_err(|e| clean_text(&e)),
+            Err(e) => Err(format!("the remote device sent a malformed answer: {e}")),
+        };
+        let _ = pending.reply.try_send(outcome);
+    }
 }

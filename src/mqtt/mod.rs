@@ -1,9 +1,10 @@
 //! The link to the hub's MQTT broker: presence, skill registration, and skill calls
 //! between spokes (DESIGN.md 2.5).
 //!
-//! One task owns the connection ([`Link`]); everything else talks to it over channels
-//! (rumqttc's request channel out, the pending-call table and the peer registry in).
-//! Why it is built this way:
+//! One task owns the connection ([`Link`]) and everything that changes with it: the
+//! calls waiting for answers, the peer registry, what this spoke published. Everything
+//! else talks to it over channels (calls in, answers back on a channel per call) and
+//! reads immutable snapshots of the peers. Why it is built this way:
 //! - the broker may restart at any time and rumqttc does not restore subscriptions, so
 //!   every ConnAck re-subscribes and republishes status and registration;
 //! - a call must always end: answered, refused at once (offline, not connected), or
@@ -11,6 +12,10 @@
 //! - whatever arrives on the call topic is untrusted: size-limited, parsed strictly,
 //!   checked against the allow-list, run off the connection task under a concurrency
 //!   limit, and answered with an error when anything is wrong.
+//! - whatever any broker client publishes is untrusted: registrations are bounded and
+//!   names unique ([`peers`]), answers count only with the random correlation data of a
+//!   call in flight, our own retained topics are put right when someone else writes
+//!   them, and text from the network loses its control characters.
 
 mod link;
 pub mod peers;
@@ -19,7 +24,7 @@ mod server;
 mod settings;
 
 pub use link::{Link, Role};
-pub use settings::{AllowList, Broker, LinkSettings};
+pub use settings::{AllowList, Broker, LinkSettings, PeerLimits};
 
 /// Why the MQTT link could not start.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::skills::{Example, Param, Registry, SkillFunction, ValueType};
+use crate::skills::{Param, Registry, SkillFunction, ValueType};
 
 /// Version of the registration and call payloads described here.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -17,6 +17,45 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub const ONLINE: &str = "online";
 /// The retained status payload (and last will) of a spoke that is gone.
 pub const OFFLINE: &str = "offline";
+
+/// Whether `id` is usable as a device id in topics: `a-z`, `0-9` and `-`, at most 64.
+/// Messages under any other id are not from a spoke and are ignored.
+pub fn valid_device_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// Whether `name` is a class, function or parameter name: a Rhai identifier. Anything
+/// else in a registration could not be called and could hide text in a name.
+pub fn valid_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Text from the network for one line (a device name, the `from` of a call): without
+/// control characters (C0, C1, so no escape sequences) and bidirectional overrides,
+/// which could rewrite what a person sees on a terminal or in a log.
+pub fn clean_line(text: &str) -> String {
+    text.chars().filter(|c| !unsafe_char(*c)).collect()
+}
+
+/// Like [`clean_line`] for prose (descriptions, docstrings): keeps line breaks and tabs.
+pub fn clean_text(text: &str) -> String {
+    text.chars()
+        .filter(|c| matches!(c, '\n' | '\t') || !unsafe_char(*c))
+        .collect()
+}
+
+fn unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
 
 /// The topics of one installation (`prefix`, default `strawberry`).
 #[derive(Debug, Clone)]
@@ -279,19 +318,11 @@ impl FunctionEntry {
             docstring: self.docstring.clone(),
             confirm: self.confirm,
             model_callable: true,
+            // A peer registers only what it lets other devices call.
+            remote: true,
             file: Default::default(),
             line: 0,
         })
-    }
-}
-
-impl ExampleEntry {
-    /// As the skills module describes examples.
-    pub fn to_example(&self) -> Example {
-        Example {
-            request: self.request.clone(),
-            code: self.code.clone(),
-        }
     }
 }
 
@@ -388,6 +419,19 @@ mod tests {
         assert!(!t.valid_response_topic("strawberry/devices/x/skills"));
         assert!(!t.valid_response_topic("strawberry/#"));
         assert!(!t.valid_response_topic("elsewhere/topic"));
+    }
+
+    #[test]
+    fn network_text_loses_control_characters() {
+        assert_eq!(
+            clean_line("Kit\u{1b}[2Jchen\u{9b}31m\u{202e}\n"),
+            "Kit[2Jchen31m"
+        );
+        assert_eq!(clean_text("a\n\tb\u{7}\u{2066}"), "a\n\tb");
+        assert!(
+            valid_identifier("Volume_2") && !valid_identifier("2x") && !valid_identifier("a.b")
+        );
+        assert!(valid_device_id("tv-1") && !valid_device_id("TV") && !valid_device_id(""));
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! Serving calls from other devices: every request is checked, run off the connection
 //! task under a concurrency limit, and answered, with an error when anything fails.
+//! Over the limit a call is answered `busy` from the connection task itself, with no
+//! thread, task or queue per call, so a flood costs one publish per message.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rumqttc::v5::AsyncClient;
 use rumqttc::v5::mqttbytes::QoS;
@@ -12,11 +15,13 @@ use tokio::sync::Semaphore;
 use crate::device::Confirm;
 use crate::skills::watch::LiveRegistry;
 
-use super::protocol::{CallRequest, CallResponse, SCHEMA_VERSION, Topics};
+use super::protocol::{CallRequest, CallResponse, SCHEMA_VERSION, Topics, clean_line};
 use super::settings::{AllowList, LinkSettings};
 
 /// Largest correlation data echoed back.
 const MAX_CORRELATION: usize = 256;
+/// Longest `from` shown in a confirmation prompt or log line, in characters.
+const MAX_FROM: usize = 64;
 
 /// Where an answer goes.
 struct Answer {
@@ -33,6 +38,8 @@ pub(super) struct Server {
     max_payload: usize,
     max_concurrent: usize,
     running: Arc<Semaphore>,
+    /// Calls answered `busy` so far (logged at powers of two, not each).
+    busy: AtomicU64,
     skills: Arc<LiveRegistry>,
     confirm: Arc<dyn Confirm>,
 }
@@ -52,6 +59,7 @@ impl Server {
             max_payload: settings.max_payload,
             max_concurrent: settings.max_concurrent,
             running: Arc::new(Semaphore::new(settings.max_concurrent)),
+            busy: AtomicU64::new(0),
             skills,
             confirm,
         }
@@ -62,7 +70,8 @@ impl Server {
         &self.skills
     }
 
-    /// Takes one request off the connection task: answers it from a task of its own.
+    /// Takes one request off the connection task: runs it on a blocking thread under
+    /// the concurrency limit and answers from there, or answers `busy` right here.
     pub(super) fn accept(self: Arc<Self>, publish: Publish) {
         let properties = publish.properties.unwrap_or_default();
         let Some(response_topic) = properties.response_topic else {
@@ -104,18 +113,29 @@ impl Server {
                 });
             }
             Err(_) => {
+                let busy = self.busy.fetch_add(1, Ordering::Relaxed) + 1;
+                if busy.is_power_of_two() {
+                    tracing::warn!(
+                        busy,
+                        limit = self.max_concurrent,
+                        "calls answered busy so far (mqtt.max_concurrent_calls)"
+                    );
+                }
                 let outcome = Err(format!(
                     "`{}` is busy: {} calls are already running; try again shortly",
                     self.device_name, self.max_concurrent
                 ));
-                let handle = tokio::runtime::Handle::current();
-                tokio::task::spawn_blocking(move || self.send(&handle, answer, outcome));
+                // Dropped when the request channel is full: the caller's timeout then
+                // answers for it, and nothing queues up behind a flood.
+                if !self.publish(&answer, &outcome) {
+                    tracing::debug!("a busy answer was dropped: the request channel is full");
+                }
             }
         }
     }
 
     /// Publishes the answer; waits for room in the request channel when it is full,
-    /// so no call is left unanswered.
+    /// so no call that ran is left unanswered.
     fn send(
         &self,
         handle: &tokio::runtime::Handle,
@@ -125,20 +145,8 @@ impl Server {
         if let Err(error) = &outcome {
             tracing::info!(%error, "remote call answered with an error");
         }
-        let body = serde_json::to_vec(&CallResponse::from_result(outcome))
-            .unwrap_or_else(|_| br#"{"ok":false,"error":"unrenderable result"}"#.to_vec());
-        let properties = PublishProperties {
-            correlation_data: answer.correlation,
-            ..PublishProperties::default()
-        };
-        let sent = self.client.try_publish_with_properties(
-            answer.topic.clone(),
-            QoS::AtLeastOnce,
-            false,
-            body.clone(),
-            properties.clone(),
-        );
-        if sent.is_err() {
+        if !self.publish(&answer, &outcome) {
+            let (body, properties) = render(&answer, &outcome);
             let sent = handle.block_on(self.client.publish_with_properties(
                 answer.topic,
                 QoS::AtLeastOnce,
@@ -150,6 +158,20 @@ impl Server {
                 tracing::error!(error = %e, "cannot send an answer");
             }
         }
+    }
+
+    /// Publishes the answer if the request channel has room; returns whether it did.
+    fn publish(&self, answer: &Answer, outcome: &Result<Value, String>) -> bool {
+        let (body, properties) = render(answer, outcome);
+        self.client
+            .try_publish_with_properties(
+                answer.topic.clone(),
+                QoS::AtLeastOnce,
+                false,
+                body,
+                properties,
+            )
+            .is_ok()
     }
 
     /// Checks and runs one request (blocking: the skill runs here).
@@ -188,18 +210,21 @@ impl Server {
                 format!("{qualified} can never be called from another device")
             } else {
                 format!(
-                    "{qualified} is not open to other devices; add it to mqtt.remote_allow on `{}`",
+                    "{qualified} is not open to other devices; mark it `@remote` in its skill file or add it to mqtt.remote_allow on `{}`",
                     self.device_name
                 )
             });
         }
+        // The caller's name and arguments are shown to a person and logged: no escape
+        // sequences or bidirectional overrides from the network get that far.
+        let from: String = clean_line(&request.from).chars().take(MAX_FROM).collect();
         if f.confirm {
-            let from = if request.from.is_empty() {
+            let from = if from.is_empty() {
                 "another device"
             } else {
-                request.from.as_str()
+                from.as_str()
             };
-            let rendered = format!(
+            let rendered = clean_line(&format!(
                 "{qualified}({}) from {from}",
                 request
                     .args
@@ -207,7 +232,7 @@ impl Server {
                     .map(Value::to_string)
                     .collect::<Vec<_>>()
                     .join(", ")
-            );
+            ));
             if !self.confirm.confirm(&rendered) {
                 return Err(format!(
                     "the user of `{}` did not allow {rendered}",
@@ -215,9 +240,20 @@ impl Server {
                 ));
             }
         }
-        tracing::debug!(function = %qualified, from = %request.from, "serving a remote call");
+        tracing::debug!(function = %qualified, %from, "serving a remote call");
         registry
             .call(&request.class, &request.function, &request.args)
             .map_err(|e| e.to_string())
     }
+}
+
+/// The body and properties of an answer.
+fn render(answer: &Answer, outcome: &Result<Value, String>) -> (Vec<u8>, PublishProperties) {
+    let body = serde_json::to_vec(&CallResponse::from_result(outcome.clone()))
+        .unwrap_or_else(|_| br#"{"ok":false,"error":"unrenderable result"}"#.to_vec());
+    let properties = PublishProperties {
+        correlation_data: answer.correlation.clone(),
+        ..PublishProperties::default()
+    };
+    (body, properties)
 }

@@ -68,7 +68,11 @@ impl Broker {
     }
 }
 
-/// The skills other devices may call (`mqtt.remote_allow`).
+/// The skills other devices may call: those their skill file marks `@remote`, plus those
+/// `mqtt.remote_allow` names.
+///
+/// Why opt-in: any client of the broker can call what is open, so a function that stores
+/// or reveals something (notes, a command) must not be open just because it exists.
 #[derive(Debug, Clone)]
 pub struct AllowList(Vec<String>);
 
@@ -78,14 +82,16 @@ impl AllowList {
         AllowList(entries)
     }
 
-    /// Whether other devices may call `f`: never a `@no_model` function; a `@confirm`
-    /// function only when named by class or function, not through `*`.
+    /// Whether other devices may call `f`: never a `@no_model` function; a `@remote` one
+    /// always; otherwise when `mqtt.remote_allow` names it, its class, or `*` (which
+    /// leaves out `@confirm` functions).
     pub fn permits(&self, f: &SkillFunction) -> bool {
         f.model_callable
-            && self
-                .0
-                .iter()
-                .any(|e| (e == "*" && !f.confirm) || *e == f.class || *e == f.qualified_name())
+            && (f.remote
+                || self
+                    .0
+                    .iter()
+                    .any(|e| (e == "*" && !f.confirm) || *e == f.class || *e == f.qualified_name()))
     }
 }
 
@@ -114,6 +120,50 @@ pub struct LinkSettings {
     pub max_payload: usize,
     /// Incoming calls at once.
     pub max_concurrent: usize,
+    /// What other spokes' registrations may hold.
+    pub peer_limits: PeerLimits,
+}
+
+/// Bounds on what other spokes may register (`mqtt.max_registration_bytes` and the
+/// keys beside it): a registration past one is refused whole, so one peer cannot make
+/// this spoke hold or search unbounded text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerLimits {
+    /// Largest registration payload.
+    pub registration_bytes: usize,
+    /// Other spokes kept track of.
+    pub peers: usize,
+    /// Classes per registration.
+    pub classes: usize,
+    /// Functions per registration.
+    pub functions: usize,
+    /// Longest name (device, class, function, parameter, type).
+    pub name_bytes: usize,
+    /// Longest summary, signature, parameter description or example request.
+    pub summary_bytes: usize,
+    /// Longest description, docstring or example code.
+    pub text_bytes: usize,
+}
+
+impl PeerLimits {
+    /// The limits of `[mqtt]`.
+    pub fn from_config(mqtt: &crate::config::MqttConfig) -> PeerLimits {
+        PeerLimits {
+            registration_bytes: mqtt.max_registration_bytes,
+            peers: mqtt.max_peers,
+            classes: mqtt.max_classes_per_peer,
+            functions: mqtt.max_functions_per_peer,
+            name_bytes: mqtt.max_name_bytes,
+            summary_bytes: mqtt.max_summary_bytes,
+            text_bytes: mqtt.max_text_bytes,
+        }
+    }
+}
+
+impl Default for PeerLimits {
+    fn default() -> Self {
+        PeerLimits::from_config(&crate::config::MqttConfig::default())
+    }
 }
 
 impl std::fmt::Debug for LinkSettings {
@@ -190,6 +240,7 @@ impl LinkSettings {
             allow: AllowList::new(mqtt.remote_allow.clone()),
             max_payload: mqtt.max_payload_bytes,
             max_concurrent: mqtt.max_concurrent_calls,
+            peer_limits: PeerLimits::from_config(mqtt),
         }))
     }
 }
@@ -284,13 +335,7 @@ fn pem_error(what: &'static str, path: &Path, e: std::io::Error) -> MqttError {
 
 /// The configured id, or the one kept in `data_dir/device-id`, created on first use.
 fn device_id(configured: &str, data_dir: &Path) -> Result<String, MqttError> {
-    let valid = |id: &str| {
-        !id.is_empty()
-            && id.len() <= 64
-            && id
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-    };
+    let valid = super::protocol::valid_device_id;
     if !configured.is_empty() {
         if !valid(configured) {
             return Err(MqttError::DeviceId(format!(

@@ -3,12 +3,21 @@
 //! Model-written code is untrusted: it runs in a Rhai interpreter compiled to wasm
 //! (the `src/guest/` crate), in a fresh wasmtime instance per run, and its only way out
 //! is the `device` object, whose requests reach a [`DeviceHandler`] as JSON. Each run
-//! is bounded in memory, wall-clock time, output and Rhai's own operation, size and
-//! depth counts, and ends in exactly one [`RunOutcome`].
+//! is bounded in memory, the script's own time, the run's total time (skill calls
+//! included), output, the size of its value and Rhai's own operation, size and depth
+//! counts, can be cancelled from outside ([`Cancel`]), and ends in exactly one
+//! [`RunOutcome`].
+//!
+//! Two clocks, because they guard against different things: the script's time
+//! (`sandbox.timeout_ms`) stops runaway code and does not count skill calls, which
+//! have their own timeout; the total (`sandbox.total_timeout_ms`) is what the person
+//! waiting can afford, so it counts everything, and each skill call inside the run gets
+//! at most what is left of it through [`crate::skills::deadline`].
 
 mod engine_config;
 mod runtime;
 
+pub use crate::skills::deadline::Cancel;
 pub use runtime::{Sandbox, SandboxError};
 
 use std::time::Duration;
@@ -51,8 +60,12 @@ pub struct Limits {
     /// Wall-clock time of the script, not counting time spent inside skill calls
     /// (those have their own timeout).
     pub wall_time: Duration,
+    /// Wall-clock time of the whole run, skill calls (local and remote) included.
+    pub total_time: Duration,
     /// Bytes of `print`/`debug` output.
     pub output_bytes: usize,
+    /// Bytes of the run's value, serialised as JSON.
+    pub result_bytes: usize,
     /// Rhai operations.
     pub max_operations: u64,
     /// Longest string, in bytes.
@@ -102,6 +115,11 @@ pub enum RunError {
     /// The run hit one of its [`Limits`].
     #[error("{limit} limit reached: {message}")]
     Limit { limit: LimitKind, message: String },
+    /// The run was cancelled through its [`Cancel`] token before it finished.
+    #[error(
+        "cancelled: the request this code served was stopped (a new command, the stop phrase or shutdown)"
+    )]
+    Cancelled,
 }
 
 /// The limit that ended a run.
@@ -110,11 +128,13 @@ pub enum RunError {
 pub enum LimitKind {
     /// [`Limits::wall_time`].
     Time,
+    /// [`Limits::total_time`].
+    TotalTime,
     /// [`Limits::memory_bytes`].
     Memory,
     /// [`Limits::max_operations`].
     Operations,
-    /// [`Limits::output_bytes`].
+    /// [`Limits::output_bytes`] or [`Limits::result_bytes`].
     Output,
     /// A string, array or map grew past its limit.
     DataSize,
@@ -126,6 +146,7 @@ impl std::fmt::Display for LimitKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             LimitKind::Time => "time",
+            LimitKind::TotalTime => "total time",
             LimitKind::Memory => "memory",
             LimitKind::Operations => "operations",
             LimitKind::Output => "output",
@@ -141,7 +162,11 @@ impl std::fmt::Display for LimitKind {
 ///
 /// - memory 32 MiB: the interpreter itself needs ~2 MiB; the rest is data.
 /// - wall time 5 s: well past any sensible script; skill calls are not counted.
+/// - total time 30 s: a few slow skill calls (10 s each at most by default) fit; far
+///   less than the daemon's 300 s stuck-turn watchdog, and about as long as anyone
+///   waits for a spoken answer.
 /// - output 64 KiB: far more than a model should read back.
+/// - value 64 KiB as JSON: the same for what the last expression returns.
 /// - 5 million operations: ~0.2-0.4 s of busy looping in the sandbox; it stops
 ///   a runaway loop long before the wall clock would.
 /// - strings 64 KiB, arrays and maps 10 000 entries: Rhai re-measures a container on
@@ -156,7 +181,9 @@ impl Default for Limits {
         Limits {
             memory_bytes: 32 * 1024 * 1024,
             wall_time: Duration::from_secs(5),
+            total_time: Duration::from_secs(30),
             output_bytes: 64 * 1024,
+            result_bytes: 64 * 1024,
             max_operations: 5_000_000,
             max_string_size: 64 * 1024,
             max_array_size: 10_000,

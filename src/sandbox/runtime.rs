@@ -10,6 +10,13 @@
 //! [`DeviceRequest`]; the host answers `{"ok": true, "value": ..}` or
 //! `{"ok": false, "error": ".."}` in a buffer it gets from `alloc`, which the guest
 //! then owns. After a trap the host reads what was printed through `output()`.
+//!
+//! A run is stopped from outside the guest in two places: the epoch callback (every
+//! [`TICK`] while the guest computes) and the device bridge (before and after each
+//! device call, where the guest waits on the host). Both check the same three things:
+//! the run's [`Cancel`] token, its total deadline and the script's own time. While a
+//! device call blocks, [`deadline::with_run`] makes the skill or remote call see the
+//! same deadline and token, so it returns early and the bridge ends the run.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -23,6 +30,7 @@ use wasmtime::{
 
 use super::engine_config::sandbox_engine_config;
 use super::{DeviceHandler, DeviceRequest, LimitKind, Limits, RunError, RunOutcome};
+use crate::skills::deadline::{self, Cancel};
 
 /// The guest, pre-initialised and compiled for this architecture by build.rs.
 static GUEST: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/guest.cwasm"));
@@ -33,6 +41,10 @@ const TICK: Duration = Duration::from_millis(10);
 /// Runs that may be in flight at once on one [`Sandbox`]; each holds one pooled
 /// instance slot (a few GiB of reserved, not committed, address space).
 const CONCURRENT_RUNS: u32 = 16;
+
+/// JSON bytes the guest's result adds around the printed output and the value
+/// (field names, quotes, the kind), rounded up generously.
+const RESULT_FRAME_BYTES: usize = 1024;
 
 /// Smallest pooled memory slot; comfortably above the guest's initial memory.
 const MIN_SLOT_BYTES: usize = 16 * 1024 * 1024;
@@ -171,10 +183,34 @@ impl Sandbox {
     }
 
     /// Runs `code` in a fresh instance; `device` answers its device calls. Never
-    /// panics and always returns within the wall-time limit (plus ~10 ms), not
-    /// counting time spent inside `device`.
+    /// panics and returns within the script's time limit not counting time spent
+    /// inside `device`, and within the total time limit counting it (plus ~10 ms, and
+    /// plus however long `device` ignores [`deadline::expired`]).
     pub fn run(&self, code: &str, device: &dyn DeviceHandler) -> RunOutcome {
+        self.run_cancellable(code, device, &Cancel::new())
+    }
+
+    /// [`Sandbox::run`] that also ends, as [`RunError::Cancelled`], within ~10 ms of
+    /// `cancel` being cancelled (plus however long a device call takes to notice).
+    pub fn run_cancellable(
+        &self,
+        code: &str,
+        device: &dyn DeviceHandler,
+        cancel: &Cancel,
+    ) -> RunOutcome {
         let started = Instant::now();
+        let limits = &self.inner.limits;
+        let ends = started + limits.total_time;
+        deadline::with_run(ends, cancel, || self.run_in(code, device, cancel, started))
+    }
+
+    fn run_in(
+        &self,
+        code: &str,
+        device: &dyn DeviceHandler,
+        cancel: &Cancel,
+        started: Instant,
+    ) -> RunOutcome {
         let limits = &self.inner.limits;
         let _clock = self.inner.ticker.run_started();
         // SAFETY: the store, the only place this reference is kept, is a local of
@@ -193,9 +229,11 @@ impl Sandbox {
                 },
                 started,
                 wall_time: limits.wall_time,
+                total_time: limits.total_time,
+                cancel: cancel.clone(),
                 device_time: Duration::ZERO,
                 device_calls: 0,
-                timed_out: false,
+                stopped: None,
                 finishing: false,
                 bridge: None,
             },
@@ -207,12 +245,12 @@ impl Sandbox {
             if state.finishing {
                 return Ok(UpdateDeadline::Continue(1));
             }
-            let script_time = state.started.elapsed().saturating_sub(state.device_time);
-            if script_time >= state.wall_time {
-                state.timed_out = true;
-                Ok(UpdateDeadline::Interrupt)
-            } else {
-                Ok(UpdateDeadline::Continue(1))
+            match state.stop_reason() {
+                Some(stop) => {
+                    state.stopped = Some(stop);
+                    Ok(UpdateDeadline::Interrupt)
+                }
+                None => Ok(UpdateDeadline::Continue(1)),
             }
         });
 
@@ -270,14 +308,29 @@ impl Sandbox {
                 ),
             );
         }
-        if state.timed_out {
-            return limit(
-                LimitKind::Time,
-                format!(
-                    "the script ran for more than {:.1} s (time inside skill calls not counted)",
-                    limits.wall_time.as_secs_f64()
-                ),
-            );
+        match state.stopped {
+            Some(Stop::Cancelled) => return RunError::Cancelled,
+            Some(Stop::TotalTime) => {
+                return limit(
+                    LimitKind::TotalTime,
+                    format!(
+                        "the run took more than {:.1} s in all, skill calls included \
+                         (sandbox.total_timeout_ms); make fewer or faster skill calls",
+                        limits.total_time.as_secs_f64()
+                    ),
+                );
+            }
+            Some(Stop::ScriptTime) => {
+                return limit(
+                    LimitKind::Time,
+                    format!(
+                        "the script ran for more than {:.1} s (time inside skill calls not \
+                         counted; sandbox.timeout_ms)",
+                        limits.wall_time.as_secs_f64()
+                    ),
+                );
+            }
+            None => {}
         }
         match error.downcast_ref::<Trap>() {
             Some(Trap::StackOverflow) => limit(
@@ -310,20 +363,62 @@ fn limit(limit: LimitKind, message: String) -> RunError {
     RunError::Limit { limit, message }
 }
 
+/// Why the host stopped a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// Its [`Cancel`] token was cancelled.
+    Cancelled,
+    /// [`Limits::total_time`] passed.
+    TotalTime,
+    /// The script's own time, [`Limits::wall_time`], passed.
+    ScriptTime,
+}
+
 /// Per-run host state, the store's data.
 struct RunState {
     handler: &'static dyn DeviceHandler,
     memory_cap: MemoryCap,
     started: Instant,
     wall_time: Duration,
+    total_time: Duration,
+    cancel: Cancel,
     device_time: Duration,
     device_calls: u32,
-    /// The deadline callback stopped the script.
-    timed_out: bool,
+    /// Why the host stopped the script, if it did.
+    stopped: Option<Stop>,
     /// The run is over; the host is only reading the output back.
     finishing: bool,
     /// The guest's memory and `alloc`, for the device bridge (looked up once).
     bridge: Option<(Memory, TypedFunc<u32, u32>)>,
+}
+
+impl RunState {
+    /// Whether the run must stop now, and why.
+    fn stop_reason(&self) -> Option<Stop> {
+        let elapsed = self.started.elapsed();
+        if self.cancel.is_cancelled() {
+            Some(Stop::Cancelled)
+        } else if elapsed >= self.total_time {
+            Some(Stop::TotalTime)
+        } else if elapsed.saturating_sub(self.device_time) >= self.wall_time {
+            Some(Stop::ScriptTime)
+        } else {
+            None
+        }
+    }
+
+    /// Records why the run stops and returns the trap that ends it, when it must.
+    fn check(&mut self) -> wasmtime::Result<()> {
+        match self.stop_reason() {
+            Some(stop) => {
+                self.stopped = Some(stop);
+                Err(wasmtime::format_err!(
+                    "the run was stopped by the host: {stop:?}"
+                ))
+            }
+            None => Ok(()),
+        }
+    }
 }
 
 /// Caps the guest's linear memory and remembers a refused growth, so that the trap
@@ -445,9 +540,21 @@ impl Guest {
         )?;
         let bytes = read_packed(&self.memory, store, packed)
             .ok_or_else(|| wasmtime::format_err!("the guest returned an out-of-bounds result"))?;
+        // The printed part is capped by the guest; anything much larger than both caps
+        // is an oversized value, refused before the host parses it.
+        let most = limits
+            .result_bytes
+            .saturating_add(limits.output_bytes.saturating_mul(6))
+            .saturating_add(RESULT_FRAME_BYTES);
+        if bytes.len() > most {
+            return Ok((self.output(store), Err(value_too_large(limits))));
+        }
         let result: GuestResult = serde_json::from_slice(bytes)
             .map_err(|e| wasmtime::format_err!("the guest returned an unreadable result: {e}"))?;
         Ok(match result {
+            GuestResult::Ok { output, value } if json_len(&value) > limits.result_bytes => {
+                (output, Err(value_too_large(limits)))
+            }
             GuestResult::Ok { output, value } => (output, Ok(value)),
             GuestResult::Syntax {
                 output,
@@ -496,6 +603,37 @@ impl Guest {
     }
 }
 
+fn value_too_large(limits: &Limits) -> RunError {
+    limit(
+        LimitKind::Output,
+        format!(
+            "the script's value is more than the {} bytes (as JSON) a run may return \
+             (sandbox.result_bytes); return less, such as a summary or the first few items",
+            limits.result_bytes
+        ),
+    )
+}
+
+/// Length of `value` as compact JSON, counted without building the text.
+fn json_len(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        // Writing to a counter cannot fail, and a `Value` always serialises.
+        Err(_) => usize::MAX,
+    }
+}
+
 fn clamp(value: usize) -> u32 {
     u32::try_from(value).unwrap_or(u32::MAX)
 }
@@ -523,6 +661,7 @@ fn device_bridge(mut caller: Caller<'_, RunState>, ptr: u32, len: u32) -> wasmti
         .ok_or_else(|| wasmtime::format_err!("the guest sent an out-of-bounds request"))?;
     let answer = match serde_json::from_slice::<DeviceRequest>(request) {
         Ok(request) => {
+            caller.data_mut().check()?;
             let handler = caller.data().handler;
             let started = Instant::now();
             let result = catch_unwind(AssertUnwindSafe(|| handler.handle(request)))
@@ -530,6 +669,9 @@ fn device_bridge(mut caller: Caller<'_, RunState>, ptr: u32, len: u32) -> wasmti
             let state = caller.data_mut();
             state.device_time += started.elapsed();
             state.device_calls += 1;
+            // A call cut short by the run's end or cancellation fails inside the skill;
+            // the script must not be able to catch that and carry on.
+            state.check()?;
             match result {
                 Ok(value) => serde_json::json!({"ok": true, "value": value}),
                 Err(error) => serde_json::json!({"ok": false, "error": error}),

@@ -147,10 +147,13 @@ pub(crate) struct ModuleDoc {
     pub summary: String,
     pub description: String,
     pub examples: Vec<Example>,
+    /// `@remote`: other devices may call every function of the class that does not ask
+    /// for confirmation.
+    pub remote: bool,
 }
 
-const MODULE_TAGS: [&str; 2] = ["class", "example"];
-const FN_TAGS: [&str; 4] = ["param", "return", "confirm", "no_model"];
+const MODULE_TAGS: [&str; 3] = ["class", "example", "remote"];
+const FN_TAGS: [&str; 5] = ["param", "return", "confirm", "no_model", "remote"];
 
 /// The line with leading blanks moved into its column, so tags may be indented.
 fn normalized(line: &DocLine) -> DocLine {
@@ -236,6 +239,13 @@ pub(crate) fn parse_module(lines: &[DocLine]) -> Result<ModuleDoc, DocError> {
                     example_lines.push((line.line, Vec::new()));
                     open_example = Some(example_lines.len() - 1);
                 }
+                "remote" => {
+                    open_example = None;
+                    if !rest.is_empty() {
+                        return err(line.line, column, "`@remote` takes nothing after it");
+                    }
+                    doc.remote = true;
+                }
                 other => return unknown_tag(line, other, &MODULE_TAGS),
             }
             continue;
@@ -302,6 +312,10 @@ pub(crate) struct FnDoc {
     pub returns_doc: String,
     pub confirm: bool,
     pub no_model: bool,
+    /// `@remote`: other devices may call it.
+    pub remote: bool,
+    /// Where `@remote` was written, for the error when it contradicts `@no_model`.
+    pub remote_at: (usize, usize),
 }
 
 /// A cursor over one doc line that knows the column of each byte it has consumed.
@@ -433,7 +447,7 @@ pub(crate) fn parse_fn(lines: &[DocLine]) -> Result<FnDoc, DocError> {
                     doc.returns_doc = cursor.rest().trim().to_string();
                     last = Last::Return;
                 }
-                "confirm" | "no_model" => {
+                "confirm" | "no_model" | "remote" => {
                     if !rest.is_empty() {
                         return err(
                             line.line,
@@ -441,10 +455,13 @@ pub(crate) fn parse_fn(lines: &[DocLine]) -> Result<FnDoc, DocError> {
                             format!("`@{name}` takes nothing after it"),
                         );
                     }
-                    if name == "confirm" {
-                        doc.confirm = true;
-                    } else {
-                        doc.no_model = true;
+                    match name {
+                        "confirm" => doc.confirm = true,
+                        "no_model" => doc.no_model = true,
+                        _ => {
+                            doc.remote = true;
+                            doc.remote_at = (line.line, column);
+                        }
                     }
                     last = Last::Flag;
                 }

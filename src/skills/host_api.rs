@@ -2,8 +2,9 @@
 //!
 //! Skills are trusted code, but they run inside a daemon that must keep answering: every
 //! function here that can block (commands, HTTP, sleeps) is bounded both by its own
-//! default from [`HostSettings`] and by the time left in the current skill call
-//! ([`super::deadline`]), and every error is a Rhai runtime error whose message says what
+//! default from [`HostSettings`] and by the time left in the current skill call and
+//! sandbox run ([`super::deadline`]), waits in slices so that a cancelled run stops it
+//! within [`deadline::SLICE`], and every error is a Rhai runtime error whose message says what
 //! went wrong and how to fix it, because a hobbyist reads it in a log or the model reads it
 //! in a failed call. `skills/README.md` is the user-facing reference for this list.
 
@@ -19,7 +20,7 @@ use jiff::tz::TimeZone;
 use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Map};
 
 use super::deadline;
-use super::storage::Store;
+use super::storage::{StorageLimits, Store};
 
 /// What skills may do on the host, from the `[skills]` config section.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +37,8 @@ pub struct HostSettings {
     pub http_max_bytes: usize,
     /// Largest file `read_file` returns, in bytes.
     pub file_max_bytes: usize,
+    /// How much each skill may keep in its storage.
+    pub storage: StorageLimits,
 }
 
 impl Default for HostSettings {
@@ -46,6 +49,7 @@ impl Default for HostSettings {
     /// - `http_timeout`: 5 s; a local or nearby API, not a download.
     /// - `http_max_bytes`: 1 MiB; plenty for JSON APIs, bounded on a 512 MB board.
     /// - `file_max_bytes`: 1 MiB; `/proc` and `/sys` files and small configs.
+    /// - `storage`: see [`StorageLimits::default`].
     fn default() -> Self {
         HostSettings {
             data_dir: PathBuf::from("/var/lib/strawberry-spoke"),
@@ -54,6 +58,7 @@ impl Default for HostSettings {
             http_timeout: Duration::from_secs(5),
             http_max_bytes: 1024 * 1024,
             file_max_bytes: 1024 * 1024,
+            storage: StorageLimits::default(),
         }
     }
 }
@@ -89,6 +94,26 @@ fn human(d: Duration) -> String {
         format!("{} s", d.as_secs_f64())
     } else {
         format!("{ms} ms")
+    }
+}
+
+/// What shortened a blocking function's own timeout, for its timeout message.
+fn cut_short_by() -> &'static str {
+    if deadline::bound_by_run() {
+        " (the time left in this run; sandbox.total_timeout_ms)"
+    } else {
+        " (the time left in this skill call; settings.call_timeout)"
+    }
+}
+
+/// Why a wait ended before its time: the run was cancelled, or its time is up.
+fn stopped_early() -> &'static str {
+    if deadline::cancelled() {
+        "stopped because the request it served was cancelled"
+    } else if deadline::bound_by_run() {
+        "stopped because the run's time ran out (sandbox.total_timeout_ms)"
+    } else {
+        "stopped because this skill call's time ran out (settings.call_timeout)"
     }
 }
 
@@ -136,7 +161,7 @@ fn to_dynamic(func: &str, value: &serde_json::Value) -> HostResult<Dynamic> {
 fn register_storage(engine: &mut Engine, ctx: &Arc<SkillContext>) {
     let c = ctx.clone();
     engine.register_fn("storage_get", move |key: &str| -> HostResult<Dynamic> {
-        match c.store.get(key) {
+        match c.store.get(key).map_err(|e| format!("storage_get: {e}"))? {
             Some(v) => to_dynamic("storage_get", &v),
             None => Ok(Dynamic::UNIT),
         }
@@ -145,7 +170,7 @@ fn register_storage(engine: &mut Engine, ctx: &Arc<SkillContext>) {
     engine.register_fn(
         "storage_get",
         move |key: &str, default: Dynamic| -> HostResult<Dynamic> {
-            match c.store.get(key) {
+            match c.store.get(key).map_err(|e| format!("storage_get: {e}"))? {
                 Some(v) => to_dynamic("storage_get", &v),
                 None => Ok(default),
             }
@@ -168,8 +193,9 @@ fn register_storage(engine: &mut Engine, ctx: &Arc<SkillContext>) {
             .map_err(|e| format!("storage_remove: {e}").into())
     });
     let c = ctx.clone();
-    engine.register_fn("storage_keys", move || -> rhai::Array {
-        c.store.keys().into_iter().map(Dynamic::from).collect()
+    engine.register_fn("storage_keys", move || -> HostResult<rhai::Array> {
+        let keys = c.store.keys().map_err(|e| format!("storage_keys: {e}"))?;
+        Ok(keys.into_iter().map(Dynamic::from).collect())
     });
 }
 
@@ -271,8 +297,9 @@ fn register_time(engine: &mut Engine) {
         }
         let wanted = Duration::from_millis(ms.unsigned_abs());
         let allowed = deadline::bounded(wanted);
-        if allowed < wanted {
+        if allowed < wanted && !deadline::bound_by_run() {
             // Failing now beats sleeping into a timeout: the call cannot succeed anyway.
+            // (When the run's total is the bound, the run ends then and says so.)
             return Err(format!(
                 "sleep_ms({ms}) would outlast this skill call: only {} left \
                  (settings.call_timeout)",
@@ -280,8 +307,11 @@ fn register_time(engine: &mut Engine) {
             )
             .into());
         }
-        std::thread::sleep(wanted);
-        Ok(())
+        if deadline::sleep(wanted) {
+            Ok(())
+        } else {
+            Err(format!("sleep_ms({ms}): {}", stopped_early()).into())
+        }
     });
 }
 

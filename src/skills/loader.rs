@@ -76,7 +76,8 @@ fn skill_context(class: &str, settings: &HostSettings) -> Result<Arc<SkillContex
     Ok(Arc::new(SkillContext {
         class: class.to_string(),
         settings: settings.clone(),
-        store: Store::open(&settings.data_dir, class).map_err(|e| e.to_string())?,
+        store: Store::open(&settings.data_dir, class, settings.storage)
+            .map_err(|e| e.to_string())?,
     }))
 }
 
@@ -300,7 +301,7 @@ fn load(path: &Path, settings: &HostSettings) -> Result<(SkillClass, (usize, usi
                 ),
             ));
         }
-        functions.push(function(&class_name, path, &f).map_err(from_doc)?);
+        functions.push(function(&class_name, path, &f, module.remote).map_err(from_doc)?);
         exported.insert(f.name, f.line);
     }
     // Every function Rhai compiled must be one the scan found, or its docs were missed.
@@ -355,14 +356,32 @@ fn syntax_error(path: &Path, e: &rhai::ParseError) -> LoadError {
     }
 }
 
-/// Builds an exported function from its `fn` line and `///` block.
-fn function(class: &str, path: &Path, f: &FnLine) -> Result<SkillFunction, DocError> {
+/// Builds an exported function from its `fn` line and `///` block; `class_remote` is the
+/// class's `//! @remote`.
+fn function(
+    class: &str,
+    path: &Path,
+    f: &FnLine,
+    class_remote: bool,
+) -> Result<SkillFunction, DocError> {
     let fail = |line: usize, column: usize, message: String| DocError {
         line,
         column,
         message,
     };
     let doc = doc::parse_fn(&f.doc)?;
+    if doc.remote && doc.no_model {
+        let (line, column) = doc.remote_at;
+        return Err(fail(
+            line,
+            column,
+            format!(
+                "`{}` is marked both `@remote` and `@no_model`; other devices call through \
+                 their model code, so drop one of them",
+                f.name
+            ),
+        ));
+    }
     if doc.summary.is_empty() {
         return Err(fail(
             f.line,
@@ -455,6 +474,9 @@ fn function(class: &str, path: &Path, f: &FnLine) -> Result<SkillFunction, DocEr
         docstring: doc.docstring,
         confirm: doc.confirm,
         model_callable: !doc.no_model,
+        // A class-wide mark does not extend to functions that ask first: opening one of
+        // those to other rooms is a decision for that function's own `@remote`.
+        remote: doc.remote || (class_remote && !doc.confirm && !doc.no_model),
         file: path.to_path_buf(),
         line: f.line,
     })

@@ -130,6 +130,9 @@ pub struct SkillFunction {
     pub confirm: bool,
     /// `false` when marked `@no_model`: only a person (CLI) may call it.
     pub model_callable: bool,
+    /// `@remote` (or the class's `//! @remote`): other devices may call it without
+    /// `mqtt.remote_allow` naming it.
+    pub remote: bool,
     /// The file that defines it.
     pub file: PathBuf,
     /// The 1-based line of its `fn`.
@@ -414,7 +417,7 @@ pub(crate) fn suggest<'a>(
 pub struct Registry {
     classes: Vec<SkillClass>,
     settings: HostSettings,
-    index: search::Index,
+    index: search::ClassIndex,
 }
 
 impl fmt::Debug for Registry {
@@ -447,12 +450,17 @@ impl Registry {
         let mut seen = std::collections::HashSet::new();
         classes.retain(|c| seen.insert(c.name.clone()));
         classes.sort_by(|a, b| a.name.cmp(&b.name));
-        let index = search::Index::build(&classes);
+        let index = search::ClassIndex::build(&classes);
         Registry {
             classes,
             settings,
             index,
         }
+    }
+
+    /// The search index of [`Registry::classes`], built when the registry was.
+    pub fn index(&self) -> &search::ClassIndex {
+        &self.index
     }
 
     /// The loaded classes, sorted by name.

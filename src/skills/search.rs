@@ -51,12 +51,6 @@ pub(crate) use impl_class_text;
 
 impl_class_text!(SkillClass);
 
-/// Ranks the functions of `classes` for `query` on a one-off index, best first, at most
-/// `limit` (for sets that change between searches, such as skills across devices).
-pub fn rank<'a, C: ClassText>(classes: &'a [C], query: &str, limit: usize) -> Vec<SearchHit<'a>> {
-    Index::build(classes).search(classes, query, limit)
-}
-
 /// One search result: a function and how well it matched (higher is better).
 #[derive(Debug, Clone, Copy)]
 pub struct SearchHit<'a> {
@@ -77,6 +71,11 @@ const EXAMPLE_USING: f32 = 1.0;
 const EXAMPLE_OTHER: f32 = 0.3;
 const MINOR: f32 = 0.5;
 
+/// Bounds on the work of one search, whatever the query and the vocabulary: words of
+/// a query looked at, and index terms one misspelt word may stand for.
+const MAX_QUERY_TERMS: usize = 32;
+const MAX_EXPANSIONS: usize = 64;
+
 const K1: f32 = 1.2;
 const B: f32 = 0.5;
 
@@ -86,177 +85,270 @@ const STOPWORDS: [&str; 34] = [
     "do", "does", "can", "please", "if", "into",
 ];
 
-/// The searchable text of every function of a registry.
+/// Field-weighted term frequencies of some text.
 #[derive(Debug, Default)]
-pub(crate) struct Index {
-    docs: Vec<Doc>,
-    /// How many documents contain each term.
-    df: HashMap<String, usize>,
-    avg_len: f32,
-}
-
-#[derive(Debug)]
-struct Doc {
-    class: usize,
-    function: usize,
-    qualified: String,
-    /// Field-weighted term frequencies.
-    terms: HashMap<String, f32>,
+struct Terms {
+    tf: HashMap<String, f32>,
     len: f32,
 }
 
-impl Index {
-    /// Indexes every function of `classes`.
-    pub(crate) fn build<C: ClassText>(classes: &[C]) -> Index {
-        let mut docs = Vec::new();
-        for (ci, class) in classes.iter().enumerate() {
-            let class_tokens: Vec<String> = {
-                let mut t = tokens(class.name());
-                if t.last().is_some_and(|l| l == "skill") {
-                    t.pop();
-                }
-                t
-            };
-            for (fi, f) in class.functions().iter().enumerate() {
-                let mut doc = Doc {
-                    class: ci,
-                    function: fi,
-                    qualified: f.qualified_name(),
-                    terms: HashMap::new(),
-                    len: 0.0,
-                };
-                doc.add(&class_tokens, CLASS_NAME);
-                doc.add(&tokens(&f.name), FUNCTION_NAME);
-                doc.add(&tokens(&f.summary), SUMMARY);
-                doc.add(&tokens(&f.docstring), DOCSTRING);
-                doc.add(&tokens(&f.returns_doc), MINOR);
-                for p in &f.params {
-                    doc.add(&tokens(&p.name), PARAM_NAME);
-                    doc.add(&tokens(&p.description), MINOR);
-                }
-                doc.add(&tokens(class.summary()), CLASS_SUMMARY);
-                doc.add(&tokens(class.description()), MINOR);
-                let call = format!(".{}(", f.name);
-                for example in class.examples() {
-                    let weight = if example.code.contains(&call) {
-                        EXAMPLE_USING
-                    } else {
-                        EXAMPLE_OTHER
-                    };
-                    doc.add(&tokens(&example.request), weight);
-                }
-                docs.push(doc);
-            }
+impl Terms {
+    fn add(&mut self, tokens: &[String], weight: f32) {
+        for token in tokens {
+            *self.tf.entry(token.clone()).or_default() += weight;
+            self.len += weight;
         }
-        let mut df: HashMap<String, usize> = HashMap::new();
-        for doc in &docs {
-            for term in doc.terms.keys() {
-                *df.entry(term.clone()).or_default() += 1;
-            }
-        }
-        let avg_len = if docs.is_empty() {
-            1.0
-        } else {
-            docs.iter().map(|d| d.len).sum::<f32>() / docs.len() as f32
-        };
-        Index { docs, df, avg_len }
     }
 
-    /// Ranks the functions of `classes` (the ones this index was built from).
-    pub(crate) fn search<'a, C: ClassText>(
+    fn get(&self, term: &str) -> f32 {
+        self.tf.get(term).copied().unwrap_or(0.0)
+    }
+}
+
+/// The terms of one class: what all its functions share, kept once (class name,
+/// summary, description, examples at their weak weight), and each function's own.
+#[derive(Debug)]
+struct ClassTerms {
+    shared: Terms,
+    functions: Vec<Terms>,
+}
+
+/// The searchable text of a set of skill classes, tokenised once when the set changes
+/// (skills load, a peer registers) so that a search only reads it. A class's text is
+/// held once, not copied into each of its functions: the index grows with the text,
+/// not with functions times text.
+#[derive(Debug, Default)]
+pub struct ClassIndex {
+    classes: Vec<ClassTerms>,
+    /// Every term, for typo tolerance.
+    vocabulary: HashSet<String>,
+}
+
+/// One function's text in a [`ClassIndex`]; documents of several indexes (this
+/// device's and its peers') rank together with [`score`].
+#[derive(Debug, Clone, Copy)]
+pub struct Doc<'a> {
+    index: &'a ClassIndex,
+    class: usize,
+    function: usize,
+}
+
+impl Doc<'_> {
+    fn parts(&self) -> (&Terms, &Terms) {
+        let class = &self.index.classes[self.class];
+        (&class.shared, &class.functions[self.function])
+    }
+
+    fn tf(&self, term: &str) -> f32 {
+        let (shared, own) = self.parts();
+        shared.get(term) + own.get(term)
+    }
+
+    fn len(&self) -> f32 {
+        let (shared, own) = self.parts();
+        shared.len + own.len
+    }
+}
+
+impl ClassIndex {
+    /// Indexes every function of `classes`.
+    pub fn build<C: ClassText>(classes: &[C]) -> ClassIndex {
+        let mut vocabulary = HashSet::new();
+        let classes = classes
+            .iter()
+            .map(|class| {
+                let mut shared = Terms::default();
+                let mut class_tokens = tokens(class.name());
+                if class_tokens.last().is_some_and(|l| l == "skill") {
+                    class_tokens.pop();
+                }
+                shared.add(&class_tokens, CLASS_NAME);
+                shared.add(&tokens(class.summary()), CLASS_SUMMARY);
+                shared.add(&tokens(class.description()), MINOR);
+                let examples: Vec<Vec<String>> = class
+                    .examples()
+                    .iter()
+                    .map(|e| tokens(&e.request))
+                    .collect();
+                for example in &examples {
+                    shared.add(example, EXAMPLE_OTHER);
+                }
+                let functions = class
+                    .functions()
+                    .iter()
+                    .map(|f| {
+                        let mut own = Terms::default();
+                        own.add(&tokens(&f.name), FUNCTION_NAME);
+                        own.add(&tokens(&f.summary), SUMMARY);
+                        own.add(&tokens(&f.docstring), DOCSTRING);
+                        own.add(&tokens(&f.returns_doc), MINOR);
+                        for p in &f.params {
+                            own.add(&tokens(&p.name), PARAM_NAME);
+                            own.add(&tokens(&p.description), MINOR);
+                        }
+                        // The rest of an example's weight when it uses this function.
+                        let call = format!(".{}(", f.name);
+                        for (example, words) in class.examples().iter().zip(&examples) {
+                            if example.code.contains(&call) {
+                                own.add(words, EXAMPLE_USING - EXAMPLE_OTHER);
+                            }
+                        }
+                        vocabulary.extend(own.tf.keys().cloned());
+                        own
+                    })
+                    .collect();
+                vocabulary.extend(shared.tf.keys().cloned());
+                ClassTerms { shared, functions }
+            })
+            .collect();
+        ClassIndex {
+            classes,
+            vocabulary,
+        }
+    }
+
+    /// Function `function` of class `class` (positions in the indexed classes).
+    pub fn doc(&self, class: usize, function: usize) -> Doc<'_> {
+        Doc {
+            index: self,
+            class,
+            function,
+        }
+    }
+
+    /// Ranks the functions of `classes` (the ones this index was built from), best
+    /// first, at most `limit`.
+    pub fn search<'a, C: ClassText>(
         &self,
         classes: &'a [C],
         query: &str,
         limit: usize,
     ) -> Vec<SearchHit<'a>> {
-        let function = |doc: &Doc| &classes[doc.class].functions()[doc.function];
-        let mut query_terms = tokens(query);
-        let mut seen = HashSet::new();
-        query_terms.retain(|t| seen.insert(t.clone()));
-        let mut scored: Vec<(f32, &Doc)> = if query_terms.is_empty() {
-            self.docs.iter().map(|d| (0.0, d)).collect()
-        } else {
-            let expansions: Vec<Vec<(&str, f32)>> =
-                query_terms.iter().map(|q| self.expand(q)).collect();
-            self.docs
-                .iter()
-                .map(|doc| {
-                    let score: f32 = expansions
-                        .iter()
-                        .map(|terms| {
-                            terms
-                                .iter()
-                                .map(|(term, factor)| factor * self.bm25(term, doc))
-                                .fold(0.0, f32::max)
-                        })
-                        .sum();
-                    (score, doc)
-                })
-                .filter(|(score, _)| *score > 0.0)
-                .collect()
-        };
-        scored.sort_by(|a, b| {
-            b.0.total_cmp(&a.0)
-                .then_with(|| a.1.qualified.cmp(&b.1.qualified))
-        });
-        scored
-            .into_iter()
-            .take(limit)
-            .map(|(score, doc)| SearchHit {
-                function: function(doc),
+        let docs: Vec<Doc<'_>> = self
+            .classes
+            .iter()
+            .enumerate()
+            .flat_map(|(ci, c)| (0..c.functions.len()).map(move |fi| self.doc(ci, fi)))
+            .collect();
+        let scores = score(&docs, query);
+        let mut hits: Vec<SearchHit<'a>> = docs
+            .iter()
+            .zip(scores)
+            .filter(|(_, score)| query_is_empty(query) || *score > 0.0)
+            .map(|(doc, score)| SearchHit {
+                function: &classes[doc.class].functions()[doc.function],
                 score,
             })
-            .collect()
-    }
-
-    /// The index terms a query term stands for: itself when the index has it; else,
-    /// at a discount, terms within edit distance 1 (2 for long words) and terms it
-    /// begins. A known word is taken as meant: its near neighbours can be rarer and
-    /// would otherwise outrank it ("timer" is not a typo of "time").
-    fn expand<'s>(&'s self, query: &str) -> Vec<(&'s str, f32)> {
-        if let Some((term, _)) = self.df.get_key_value(query) {
-            return vec![(term.as_str(), 1.0)];
-        }
-        let len = query.chars().count();
-        let allowed = match len {
-            0..=3 => 0,
-            4..=7 => 1,
-            _ => 2,
-        };
-        self.df
-            .keys()
-            .filter_map(|term| {
-                let term_len = term.chars().count();
-                if term_len.abs_diff(len) <= allowed {
-                    match edit_distance(query, term) {
-                        1 if allowed >= 1 => return Some((term.as_str(), 0.7)),
-                        2 if allowed >= 2 => return Some((term.as_str(), 0.5)),
-                        _ => {}
-                    }
-                }
-                (len >= 3 && term.starts_with(query)).then_some((term.as_str(), 0.5))
+            .collect();
+        // Best first; among equals by class, then function name.
+        hits.sort_by(|a, b| {
+            b.score.total_cmp(&a.score).then_with(|| {
+                (&a.function.class, &a.function.name).cmp(&(&b.function.class, &b.function.name))
             })
-            .collect()
-    }
-
-    fn bm25(&self, term: &str, doc: &Doc) -> f32 {
-        let Some(&tf) = doc.terms.get(term) else {
-            return 0.0;
-        };
-        let n = self.docs.len() as f32;
-        let df = self.df.get(term).copied().unwrap_or(0) as f32;
-        let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
-        idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * doc.len / self.avg_len))
+        });
+        hits.truncate(limit);
+        hits
     }
 }
 
-impl Doc {
-    fn add(&mut self, tokens: &[String], weight: f32) {
-        for token in tokens {
-            *self.terms.entry(token.clone()).or_default() += weight;
-            self.len += weight;
+/// Whether `query` has no searchable word (everything matches, with score 0).
+pub fn query_is_empty(query: &str) -> bool {
+    tokens(query).is_empty()
+}
+
+/// Scores `docs` for `query` as one collection (BM25 statistics over exactly these
+/// documents), one score per document, 0 for no match. The work is linear in the
+/// documents and their vocabularies; nothing is tokenised here but the query.
+pub fn score(docs: &[Doc<'_>], query: &str) -> Vec<f32> {
+    let mut query_terms = tokens(query);
+    let mut seen = HashSet::new();
+    query_terms.retain(|t| seen.insert(t.clone()));
+    query_terms.truncate(MAX_QUERY_TERMS);
+    if query_terms.is_empty() || docs.is_empty() {
+        return vec![0.0; docs.len()];
+    }
+    let mut indexes: Vec<&ClassIndex> = Vec::new();
+    let mut known = HashSet::new();
+    for doc in docs {
+        if known.insert(std::ptr::from_ref(doc.index)) {
+            indexes.push(doc.index);
         }
     }
+    let n = docs.len() as f32;
+    let avg_len = docs.iter().map(Doc::len).sum::<f32>() / n;
+    let df = |term: &str| docs.iter().filter(|d| d.tf(term) > 0.0).count();
+    // Per query term: the index terms it stands for, with their factor and idf.
+    let expansions: Vec<Vec<(&str, f32, f32)>> = query_terms
+        .iter()
+        .map(|q| {
+            let idf = |df: usize| (1.0 + (n - df as f32 + 0.5) / (df as f32 + 0.5)).ln();
+            let exact = df(q);
+            if exact > 0 {
+                return vec![(q.as_str(), 1.0, idf(exact))];
+            }
+            let mut near: HashMap<&str, f32> = HashMap::new();
+            for index in &indexes {
+                for (term, factor) in expand(&index.vocabulary, q) {
+                    let best = near.entry(term).or_default();
+                    *best = best.max(factor);
+                }
+            }
+            let mut near: Vec<(&str, f32)> = near.into_iter().collect();
+            near.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+            near.truncate(MAX_EXPANSIONS);
+            near.into_iter()
+                .filter_map(|(term, factor)| {
+                    let df = df(term);
+                    (df > 0).then(|| (term, factor, idf(df)))
+                })
+                .collect()
+        })
+        .collect();
+    docs.iter()
+        .map(|doc| {
+            let len = doc.len();
+            expansions
+                .iter()
+                .map(|terms| {
+                    terms
+                        .iter()
+                        .map(|(term, factor, idf)| {
+                            let tf = doc.tf(term);
+                            factor * idf * tf * (K1 + 1.0)
+                                / (tf + K1 * (1.0 - B + B * len / avg_len))
+                        })
+                        .fold(0.0, f32::max)
+                })
+                .sum()
+        })
+        .collect()
+}
+
+/// The terms of `vocabulary` a query term that is not in the index may stand for, at a
+/// discount: within edit distance 1 (2 for long words), and terms it begins. A known
+/// word is taken as meant (the caller checks that first): its near neighbours can be
+/// rarer and would otherwise outrank it ("timer" is not a typo of "time").
+fn expand<'s>(vocabulary: &'s HashSet<String>, query: &str) -> Vec<(&'s str, f32)> {
+    let len = query.chars().count();
+    let allowed = match len {
+        0..=3 => 0,
+        4..=7 => 1,
+        _ => 2,
+    };
+    vocabulary
+        .iter()
+        .filter_map(|term| {
+            let term_len = term.chars().count();
+            if term_len.abs_diff(len) <= allowed {
+                match edit_distance(query, term) {
+                    1 if allowed >= 1 => return Some((term.as_str(), 0.7)),
+                    2 if allowed >= 2 => return Some((term.as_str(), 0.5)),
+                    _ => {}
+                }
+            }
+            (len >= 3 && term.starts_with(query)).then_some((term.as_str(), 0.5))
+        })
+        .collect()
 }
 
 /// Lowercased, stemmed words of `text`, CamelCase and snake_case split, stopwords out.

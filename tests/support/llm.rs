@@ -30,6 +30,8 @@ pub enum Reply {
     CutAfter(Vec<String>),
     /// Sends this chunk again and again until the client goes away.
     Forever(String),
+    /// This status, then a chunked body repeating this chunk until the client goes away.
+    StatusForever(u16, String),
 }
 
 /// The running server.
@@ -182,6 +184,15 @@ async fn serve(
             // A chunk that announces more bytes than ever come, then the close.
             let _ = socket.write_all(b"400\r\ndata: {\"cho").await;
             let _ = socket.shutdown().await;
+        }
+        Reply::StatusForever(status, chunk) => {
+            let head = format!(
+                "HTTP/1.1 {status} Scripted\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            );
+            if socket.write_all(head.as_bytes()).await.is_err() {
+                return false;
+            }
+            while write_chunk(socket, &chunk, false).await.is_ok() {}
         }
         Reply::Forever(chunk) => {
             if stream_head(socket, false).await.is_err() {

@@ -25,7 +25,8 @@ pub struct Skill {
 
 /// An engine with the host API for skill class `class`, storing below `settings.data_dir`.
 pub fn engine(class: &str, settings: HostSettings) -> (Engine, Arc<SkillContext>) {
-    let store = Store::open(&settings.data_dir, class).unwrap_or_else(|e| panic!("{e}"));
+    let store =
+        Store::open(&settings.data_dir, class, settings.storage).unwrap_or_else(|e| panic!("{e}"));
     let ctx = Arc::new(SkillContext {
         class: class.to_string(),
         settings,

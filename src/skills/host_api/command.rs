@@ -4,6 +4,9 @@
 //! process group, so a timeout kills whatever it started too (no orphans), and it is
 //! always waited for (no zombies). Its output is read on threads while it runs (a chatty
 //! child never blocks on a full pipe) and capped at [`OUTPUT_MAX_BYTES`] per stream.
+//! It starts with a clean environment ([`INHERITED_ENV`] plus what the skill passes in
+//! `env`): the daemon's own environment holds secrets (API keys,
+//! `STRAWBERRY_SPOKE__MQTT__PASSWORD`) that a program run on the model's behalf must not see.
 
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
@@ -31,6 +34,22 @@ const PIPE_GRACE: Duration = Duration::from_millis(200);
 
 /// Where to find a program when `PATH` is unset (what most shells assume).
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The variables a command inherits from the daemon: where programs are, who and where
+/// we are, language and time zone, and how to reach the session's sound and D-Bus (amixer
+/// via PipeWire, playerctl). Everything else, secrets included, is left behind.
+const INHERITED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "XDG_RUNTIME_DIR",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "PULSE_SERVER",
+];
 
 /// Debian packages of commands skills commonly run, for the "not found" message.
 const PACKAGES: &[(&str, &str)] = &[
@@ -63,7 +82,7 @@ pub(super) fn register(engine: &mut Engine, ctx: &Arc<SkillContext>) {
 }
 
 fn command(program: &str, args: &Array, opts: &Map, default: Duration) -> HostResult<Map> {
-    check_options("command", opts, &["timeout_ms", "stdin"])?;
+    check_options("command", opts, &["timeout_ms", "stdin", "env"])?;
     let wanted = timeout_option("command", opts)?.unwrap_or(default);
     let stdin = match opts.get("stdin") {
         None => None,
@@ -71,6 +90,21 @@ fn command(program: &str, args: &Array, opts: &Map, default: Duration) -> HostRe
         Some(v) => {
             return Err(format!("command: option stdin must be a string, got {v}").into());
         }
+    };
+    let env = match opts.get("env") {
+        None => Vec::new(),
+        Some(v) => match v.read_lock::<Map>() {
+            Some(m) => m
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            None => {
+                return Err(format!(
+                    "command: option env must be a map of names to values, got {v}"
+                )
+                .into());
+            }
+        },
     };
     let args: Vec<String> = args
         .iter()
@@ -81,7 +115,8 @@ fn command(program: &str, args: &Array, opts: &Map, default: Duration) -> HostRe
         })
         .collect();
     let timeout = deadline::bounded(wanted);
-    let out = run(program, &args, stdin, timeout, timeout < wanted)?;
+    let cut_by = (timeout < wanted).then(super::cut_short_by);
+    let out = run(program, &args, &env, stdin, timeout, cut_by)?;
     let mut m = Map::new();
     m.insert("code".into(), i64::from(out.code).into());
     m.insert("stdout".into(), out.stdout.into());
@@ -132,15 +167,20 @@ pub(super) enum CommandError {
     },
     /// The program ran too long and was killed.
     #[error("command `{program}` timed out after {} and was killed{}", human(*.after),
-        if *.by_call { " (the time left in this skill call; settings.call_timeout)" }
-        else { " (raise it with #{timeout_ms: ...} or settings.command_timeout)" })]
+        .cut_by.unwrap_or(" (raise it with #{timeout_ms: ...} or settings.command_timeout)"))]
     TimedOut {
         /// The program asked for.
         program: String,
         /// The timeout that expired.
         after: Duration,
-        /// Whether the skill call's deadline, not the command's own timeout, was the bound.
-        by_call: bool,
+        /// What cut the command's own timeout short, from [`super::cut_short_by`].
+        cut_by: Option<&'static str>,
+    },
+    /// The sandbox run the command worked for was cancelled, so it was killed.
+    #[error("command `{program}` was killed: the request it served was cancelled")]
+    Cancelled {
+        /// The program asked for.
+        program: String,
     },
 }
 
@@ -180,19 +220,21 @@ fn resolve(program: &str) -> Result<PathBuf, CommandError> {
     })
 }
 
-/// Runs `program` with `args`, feeding it `stdin`, for at most `timeout`.
+/// Runs `program` with `args` and a clean environment plus `env`, feeding it `stdin`,
+/// for at most `timeout`.
 pub(super) fn run(
     program: &str,
     args: &[String],
+    env: &[(String, String)],
     stdin: Option<String>,
     timeout: Duration,
-    by_call: bool,
+    cut_by: Option<&'static str>,
 ) -> Result<Output, CommandError> {
     let path = resolve(program)?;
     let timed_out = || CommandError::TimedOut {
         program: program.to_string(),
         after: timeout,
-        by_call,
+        cut_by,
     };
     if timeout.is_zero() {
         return Err(timed_out());
@@ -201,6 +243,9 @@ pub(super) fn run(
         // argv[0] as the user wrote it, so the program's own messages say `df:`, not `/usr/bin/df:`.
         .arg0(program)
         .args(args)
+        .env_clear()
+        .envs(clean_env())
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -229,6 +274,11 @@ pub(super) fn run(
         Ok(Some(status)) => status,
         Ok(None) => {
             kill_group(&mut child);
+            if deadline::cancelled() {
+                return Err(CommandError::Cancelled {
+                    program: program.to_string(),
+                });
+            }
             return Err(timed_out());
         }
         Err(source) => {
@@ -253,6 +303,14 @@ pub(super) fn run(
         stdout,
         stderr,
         truncated: cut_out || cut_err,
+    })
+}
+
+/// The part of the daemon's environment a command inherits: [`INHERITED_ENV`] and `LC_*`.
+fn clean_env() -> impl Iterator<Item = (OsString, OsString)> {
+    std::env::vars_os().filter(|(name, _)| {
+        name.to_str()
+            .is_some_and(|n| INHERITED_ENV.contains(&n) || n.starts_with("LC_"))
     })
 }
 
@@ -298,7 +356,8 @@ fn take(c: &Mutex<Captured>) -> (String, bool) {
     (String::from_utf8_lossy(&c.bytes).into_owned(), c.truncated)
 }
 
-/// Polls the child until it exits or `until` passes; `Ok(None)` means still running.
+/// Polls the child until it exits, `until` passes or the run it serves is cancelled;
+/// `Ok(None)` means still running.
 fn wait_until(child: &mut Child, until: Instant) -> io::Result<Option<ExitStatus>> {
     // Short first naps keep fast commands fast; later ones keep the polling cheap.
     let mut nap = Duration::from_millis(1);
@@ -307,9 +366,10 @@ fn wait_until(child: &mut Child, until: Instant) -> io::Result<Option<ExitStatus
             return Ok(Some(status));
         }
         let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        if left.is_zero() || deadline::cancelled() {
             return Ok(None);
         }
+        // Naps stay below `deadline::SLICE`, so a cancellation is noticed in time.
         thread::sleep(nap.min(left));
         nap = (nap * 2).min(Duration::from_millis(20));
     }

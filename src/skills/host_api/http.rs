@@ -3,15 +3,23 @@
 //! Non-2xx answers are results, not errors (the skill decides what a 404 means); errors
 //! are what prevented an answer: a bad URL, no connection, a timeout, a body over
 //! `settings.http_max_bytes`.
+//!
+//! ureq blocks and cannot be interrupted, so the request runs on a thread of its own
+//! while the skill's thread waits in slices: a cancelled run stops waiting at once, and
+//! the abandoned request ends by its own timeout.
 
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, mpsc};
+use std::thread;
 use std::time::Duration;
 
 use rhai::{Dynamic, Engine, Map};
 use ureq::Agent;
 
-use super::{HostResult, SkillContext, check_options, human, timeout_option, to_dynamic, to_value};
+use super::{
+    HostResult, SkillContext, check_options, human, stopped_early, timeout_option, to_dynamic,
+    to_value,
+};
 use crate::skills::deadline;
 
 pub(super) fn register(engine: &mut Engine, ctx: &Arc<SkillContext>) {
@@ -83,13 +91,9 @@ fn request(
     check_options(func, opts, &["headers", "timeout_ms"])?;
     let wanted = timeout_option(func, opts)?.unwrap_or(limits.timeout);
     let timeout = deadline::bounded(wanted);
-    let by_call = timeout < wanted;
+    let cut_by = (timeout < wanted).then(super::cut_short_by);
     let timed_out = || -> Box<rhai::EvalAltResult> {
-        let why = if by_call {
-            " (the time left in this skill call; settings.call_timeout)"
-        } else {
-            ""
-        };
+        let why = cut_by.unwrap_or("");
         format!("{func} {url}: timed out after {}{why}", human(timeout)).into()
     };
     if timeout.is_zero() {
@@ -108,27 +112,61 @@ fn request(
         .iter()
         .any(|(n, _)| n.eq_ignore_ascii_case("content-type"));
 
-    let result = match body {
-        None => {
-            let mut req = agent.get(url);
-            for (n, v) in &headers {
-                req = req.header(n.as_str(), v.as_str());
+    let body = match body {
+        None => None,
+        Some(body) => Some(encode_body(func, body)?),
+    };
+    let (agent, url_owned, max_bytes) = (agent.clone(), url.to_string(), limits.max_bytes);
+    let (done, answer) = mpsc::sync_channel(1);
+    thread::Builder::new()
+        .name("skill-http".into())
+        .spawn(move || {
+            let url = url_owned.as_str();
+            let result = match body {
+                None => {
+                    let mut req = agent.get(url);
+                    for (n, v) in &headers {
+                        req = req.header(n.as_str(), v.as_str());
+                    }
+                    req.config().timeout_global(Some(timeout)).build().call()
+                }
+                Some((bytes, content_type)) => {
+                    let mut req = agent.post(url);
+                    for (n, v) in &headers {
+                        req = req.header(n.as_str(), v.as_str());
+                    }
+                    if let (Some(ct), false) = (content_type, has_content_type) {
+                        req = req.header("content-type", ct);
+                    }
+                    req.config()
+                        .timeout_global(Some(timeout))
+                        .build()
+                        .send(&bytes[..])
+                }
+            };
+            let read = result.and_then(|response| {
+                let status = response.status().as_u16();
+                let bytes = response
+                    .into_body()
+                    .with_config()
+                    .limit(max_bytes as u64)
+                    .read_to_vec()?;
+                Ok((status, bytes))
+            });
+            // The caller may have stopped waiting (its run was cancelled).
+            let _ = done.send(read);
+        })
+        .map_err(|e| format!("{func} {url}: cannot start the request: {e}"))?;
+    let result = loop {
+        match answer.recv_timeout(deadline::SLICE) {
+            Ok(result) => break result,
+            Err(mpsc::RecvTimeoutError::Timeout) if deadline::cancelled() => {
+                return Err(format!("{func} {url}: {}", stopped_early()).into());
             }
-            req.config().timeout_global(Some(timeout)).build().call()
-        }
-        Some(body) => {
-            let (bytes, content_type) = encode_body(func, body)?;
-            let mut req = agent.post(url);
-            for (n, v) in &headers {
-                req = req.header(n.as_str(), v.as_str());
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(format!("{func} {url}: the request stopped unexpectedly").into());
             }
-            if let (Some(ct), false) = (content_type, has_content_type) {
-                req = req.header("content-type", ct);
-            }
-            req.config()
-                .timeout_global(Some(timeout))
-                .build()
-                .send(&bytes[..])
         }
     };
     let fail = |e: ureq::Error| -> Box<rhai::EvalAltResult> {
@@ -142,14 +180,8 @@ fn request(
             other => format!("{func} {url}: {other}").into(),
         }
     };
-    let response = result.map_err(fail)?;
-    let status = i64::from(response.status().as_u16());
-    let bytes = response
-        .into_body()
-        .with_config()
-        .limit(limits.max_bytes as u64)
-        .read_to_vec()
-        .map_err(fail)?;
+    let (status, bytes) = result.map_err(fail)?;
+    let status = i64::from(status);
     let json = match serde_json::from_slice::<serde_json::Value>(&bytes) {
         Ok(v) => to_dynamic(func, &v)?,
         Err(_) => Dynamic::UNIT,
