@@ -145,13 +145,16 @@ fn main() {
     config.device.data_dir = dir.path().join("data");
     config.mqtt.broker = broker.url();
     config.mqtt.device_id = "server".into();
+    config.device.name = "Server".into();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     let spoke = rt.block_on(async { Spoke::start(&config, Arc::new(NeverConfirm)).unwrap() });
+    // Device names are unique on the bus: the caller must not claim the server's.
     config.mqtt.device_id = "client".into();
+    config.device.name = "Client".into();
     let link = rt.block_on(async {
         let link = Link::start(
             LinkSettings::from_config(&config).unwrap().unwrap(),
