@@ -56,6 +56,7 @@ const RECONNECT_LIMIT: Duration = Duration::from_secs(30);
 const SKILL: &str = r#"//! Arithmetic and echoes for the soak.
 //!
 //! @class SoakSkill
+//! @remote
 
 /// Returns its argument.
 ///
@@ -218,7 +219,11 @@ struct Tally {
 
 /// The kind of a call error, for the tally: its text up to the first detail.
 fn error_kind(message: &str) -> String {
-    let kind = message.split([':', '(']).next().unwrap_or(message).trim();
+    let kind = message
+        .split([':', ';', '('])
+        .next()
+        .unwrap_or(message)
+        .trim();
     // Names and numbers vary per call; the kind is what the message says happened.
     kind.chars()
         .map(|c| if c.is_ascii_digit() { '#' } else { c })
@@ -241,6 +246,7 @@ fn calls(bench: bool) -> bool {
     config.device.data_dir = data.path().to_path_buf();
     config.mqtt.broker = url;
     config.mqtt.device_id = "server".into();
+    config.device.name = "Server".into();
     config.mqtt.call_timeout_ms = CALL_TIMEOUT_MS;
     let timeout = Duration::from_millis(CALL_TIMEOUT_MS);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -249,7 +255,9 @@ fn calls(bench: bool) -> bool {
         .build()
         .unwrap();
     let spoke = rt.block_on(async { Spoke::start(&config, Arc::new(NeverConfirm)).unwrap() });
+    // Device names are unique on the bus.
     config.mqtt.device_id = "client".into();
+    config.device.name = "Client".into();
     let link = rt.block_on(async {
         let link = Link::start(
             LinkSettings::from_config(&config).unwrap().unwrap(),
@@ -261,7 +269,11 @@ fn calls(bench: bool) -> bool {
             p.all()
                 .any(|peer| peer.online && peer.function("SoakSkill", "echo").is_some())
         }) {
-            assert!(Instant::now() < deadline, "the server never registered");
+            assert!(
+                Instant::now() < deadline,
+                "the server never registered: {:?}",
+                link.with_peers(|p| p.refusal("server").map(ToString::to_string))
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         link
@@ -291,7 +303,7 @@ fn calls(bench: bool) -> bool {
             eprintln!("call {i} returned after {took:?}: {answer:?}");
         }
         match answer {
-            Ok(value) if value == Value::from(i) => tally.ok += 1,
+            Ok(value) if value.as_u64() == Some(i as u64) => tally.ok += 1,
             Ok(value) => {
                 tally.wrong += 1;
                 eprintln!("call {i} was answered with {value}");

@@ -162,9 +162,15 @@ pub fn mqtt_payload(data: &[u8]) {
     let mut peers = Peers::new("Fuzz Spoke", PEER_LIMITS);
     if peers.set_registration(PEER_ID, data).is_ok() {
         for peer in peers.all() {
-            assert!(peer.classes.len() <= PEER_LIMITS.classes, "classes over the limit");
+            assert!(
+                peer.classes.len() <= PEER_LIMITS.classes,
+                "classes over the limit"
+            );
             let functions: usize = peer.classes.iter().map(|c| c.functions.len()).sum();
-            assert!(functions <= PEER_LIMITS.functions, "functions over the limit");
+            assert!(
+                functions <= PEER_LIMITS.functions,
+                "functions over the limit"
+            );
             for class in peer.classes.iter() {
                 for function in &class.functions {
                     let _ = function.signature();

@@ -92,8 +92,13 @@ macro_rules! fuzz_target {
             0
         }
 
+        /// # Safety
+        /// `data` points at `size` readable bytes (libFuzzer's contract).
         #[unsafe(no_mangle)]
-        pub extern "C" fn LLVMFuzzerTestOneInput(data: *const u8, size: usize) -> std::ffi::c_int {
+        pub unsafe extern "C" fn LLVMFuzzerTestOneInput(
+            data: *const u8,
+            size: usize,
+        ) -> std::ffi::c_int {
             let input: &[u8] = if size == 0 {
                 &[]
             } else {
