@@ -132,6 +132,17 @@ fn check_header(
     Ok(())
 }
 
+/// A float sample brought into `[-1, 1]`: a float file may hold anything (values past
+/// full scale, infinities, NaN), and everything after the reader (VAD levels, whisper)
+/// assumes full-scale audio, as an integer file always gives.
+fn full_scale(sample: f32) -> f32 {
+    if sample.is_nan() {
+        0.0
+    } else {
+        sample.clamp(-1.0, 1.0)
+    }
+}
+
 /// Reads a WAV file (8/16/24/32-bit integer or 32-bit float, 1 to [`MAX_CHANNELS`]
 /// channels, a rate from 4 to 384 kHz) and mixes it to mono.
 pub fn read_wav(path: &Path) -> Result<Recording, AudioError> {
@@ -151,6 +162,7 @@ pub fn read_wav(path: &Path) -> Result<Recording, AudioError> {
     let interleaved: Vec<f32> = match spec.sample_format {
         hound::SampleFormat::Float => reader
             .into_samples::<f32>()
+            .map(|s| s.map(full_scale))
             .collect::<Result<_, _>>()
             .map_err(wav_err)?,
         hound::SampleFormat::Int => {
@@ -255,6 +267,25 @@ mod tests {
         assert_eq!((rec.sample_rate, rec.channels), (22_050, 2));
         assert_eq!(rec.samples.len(), 100);
         assert!((rec.samples[0] - 0.25).abs() < 1e-6);
+    }
+
+    #[test]
+    fn float_samples_past_full_scale_are_clamped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.wav");
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: 16_000,
+            bits_per_sample: 32,
+            sample_format: hound::SampleFormat::Float,
+        };
+        let mut w = hound::WavWriter::create(&path, spec).unwrap();
+        for v in [6.3e37, -2.0, f32::NAN, f32::INFINITY, 0.5] {
+            w.write_sample(v).unwrap();
+        }
+        w.finalize().unwrap();
+        let rec = read_wav(&path).unwrap();
+        assert_eq!(rec.samples, [1.0, -1.0, 0.0, 1.0, 0.5]);
     }
 
     #[test]
