@@ -403,6 +403,9 @@ fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
                 errors.len()
             ));
             print_out(&out)?;
+            for warning in registry.classes().iter().flat_map(|c| &c.warnings) {
+                eprintln!("warning: {warning}");
+            }
             for error in &errors {
                 eprintln!("{error}");
             }

@@ -138,14 +138,13 @@ fn broken_files_are_reported_with_positions_and_the_rest_load() {
             "reserved.rhai:4:4: function name `call` is reserved: `x.call(...)` always calls a function pointer; rename the function",
             "syntax.rhai:5:13: syntax error: Unexpected ';'",
             "toplevel.rhai:3:1: code outside a function never runs (calls go straight to a function); move it into a function",
-            "undocumented.rhai:5:19: parameter `label` of `start` has no `@param` line; add `/// @param label: <type>  <description>`",
             "unknown_fn.rhai:7:13: unknown function `pars_int`; did you mean `parse_int`?",
             "unknown_method.rhai:7:10: unknown function `to_uper` (called as a method); did you mean `to_upper`?",
             "unknown_type.rhai:4:21: unknown type `integer` in `@param seconds`; use one of int, float, bool, string, array, map, any",
         ]
     );
     let names: Vec<&str> = registry.classes().iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(names, ["Duplicate", "GoodSkill"]);
+    assert_eq!(names, ["Duplicate", "GoodSkill", "UndocumentedSkill"]);
     assert_eq!(
         registry
             .class("Duplicate")
@@ -178,7 +177,7 @@ fn doc_comment_mistakes_name_the_fix() {
     let cases: [(&str, &str); 9] = [
         (
             "//! S.\n\n/// Run.\n/// @param b: int  B.\n/// @param a: int  A.\nfn run(a, b) {}\n",
-            "DIR/t.rhai:4:12: `@param b` is out of order; document the parameters in the order of `fn run(a, b)`",
+            "DIR/t.rhai:5:12: `@param a` is out of order; document the parameters in the order of `fn run(a, b)`",
         ),
         (
             "//! S.\n\n/// Run.\n/// @param secs: int  How long.\nfn run(seconds) {}\n",
@@ -358,4 +357,62 @@ fn a_blank_line_between_docs_and_fn_is_forgiven_but_code_is_not() {
         load_text("t.rhai", comment),
         Err("DIR/t.rhai:5:4: function `run` has no summary; add a `/// One-line summary.` line above it".to_string())
     );
+}
+
+#[test]
+fn a_parameter_without_its_param_line_loads_as_any_with_a_warning() {
+    let (registry, _) = Registry::load(&fixtures("skills_broken"), &settings());
+    let class = registry.class("UndocumentedSkill").expect("it loads");
+    assert_eq!(
+        class.functions[0].signature(),
+        "start(seconds: int, label: any) -> ()"
+    );
+    let dir = fixtures("skills_broken");
+    let warnings: Vec<String> = class
+        .warnings
+        .iter()
+        .map(|w| w.to_string().replace(&format!("{}/", dir.display()), ""))
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            "undocumented.rhai:5:19: parameter `label` of `start` has no `@param` line, so it takes any value and the model is told nothing about it; add `/// @param label: <type>  <description>`"
+        ]
+    );
+    // Any value, but still the right count.
+    assert!(
+        registry
+            .call("UndocumentedSkill", "start", &[5.into(), "pasta".into()])
+            .is_ok()
+    );
+    assert!(
+        registry
+            .call("UndocumentedSkill", "start", &[5.into(), 7.into()])
+            .is_ok()
+    );
+    assert!(
+        registry
+            .call("UndocumentedSkill", "start", &[5.into()])
+            .is_err()
+    );
+    // Documented parameters keep their order rules: a later one may be left out.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.rhai");
+    std::fs::write(
+        &path,
+        "//! S.\n\n/// Run.\n/// @param b: int  B.\nfn run(a, b) {}\n",
+    )
+    .unwrap();
+    let class = Registry::load_file(&path, &settings()).expect("loads");
+    assert_eq!(class.functions[0].signature(), "run(a: any, b: int) -> ()");
+    assert_eq!(class.warnings.len(), 1);
+}
+
+#[test]
+fn a_function_without_any_doc_comment_is_still_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.rhai");
+    std::fs::write(&path, "//! S.\n\nfn run(a) {}\n").unwrap();
+    let error = Registry::load_file(&path, &settings()).unwrap_err();
+    assert!(error.message.contains("has no summary"), "{error}");
 }

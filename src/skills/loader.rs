@@ -261,6 +261,7 @@ fn load(path: &Path, settings: &HostSettings) -> Result<(SkillClass, (usize, usi
     let compiled: Vec<(&str, Vec<&str>)> =
         ast.iter_functions().map(|f| (f.name, f.params)).collect();
     let mut functions = Vec::new();
+    let mut warnings = Vec::new();
     // Name -> line of the exported function already seen.
     let mut exported: HashMap<String, usize> = HashMap::new();
     for f in scan
@@ -301,7 +302,9 @@ fn load(path: &Path, settings: &HostSettings) -> Result<(SkillClass, (usize, usi
                 ),
             ));
         }
-        functions.push(function(&class_name, path, &f, module.remote).map_err(from_doc)?);
+        let (function, notes) = function(&class_name, path, &f, module.remote).map_err(from_doc)?;
+        warnings.extend(notes.into_iter().map(from_doc));
+        functions.push(function);
         exported.insert(f.name, f.line);
     }
     // Every function Rhai compiled must be one the scan found, or its docs were missed.
@@ -320,6 +323,9 @@ fn load(path: &Path, settings: &HostSettings) -> Result<(SkillClass, (usize, usi
         ));
     }
 
+    for warning in &warnings {
+        tracing::warn!(%warning, "skill file loaded with a warning");
+    }
     let class = SkillClass {
         name: class_name,
         file: path.to_path_buf(),
@@ -327,6 +333,7 @@ fn load(path: &Path, settings: &HostSettings) -> Result<(SkillClass, (usize, usi
         description: module.description,
         examples: module.examples,
         functions,
+        warnings,
         runtime: Arc::new(Runtime {
             engine,
             ast,
@@ -357,13 +364,15 @@ fn syntax_error(path: &Path, e: &rhai::ParseError) -> LoadError {
 }
 
 /// Builds an exported function from its `fn` line and `///` block; `class_remote` is the
-/// class's `//! @remote`.
+/// class's `//! @remote`. Also returns what loads but deserves the author's attention: a
+/// parameter without a `@param` line takes any value (a newcomer's first skill written
+/// by analogy should load; the summary is what the model cannot do without).
 fn function(
     class: &str,
     path: &Path,
     f: &FnLine,
     class_remote: bool,
-) -> Result<SkillFunction, DocError> {
+) -> Result<(SkillFunction, Vec<DocError>), DocError> {
     let fail = |line: usize, column: usize, message: String| DocError {
         line,
         column,
@@ -395,7 +404,8 @@ fn function(
     let fn_params: Vec<&str> = f.params.iter().map(|(name, _)| name.as_str()).collect();
     let shown = format!("fn {}({})", f.name, fn_params.join(", "));
     let mut seen = HashSet::new();
-    for (i, p) in doc.params.iter().enumerate() {
+    let mut last_at = None;
+    for p in &doc.params {
         if !seen.insert(p.name.as_str()) {
             return Err(fail(
                 p.line,
@@ -418,7 +428,7 @@ fn function(
                     ),
                 ));
             }
-            Some(at) if at != i => {
+            Some(at) if last_at.is_some_and(|last| at < last) => {
                 return Err(fail(
                     p.line,
                     p.column,
@@ -428,38 +438,55 @@ fn function(
                     ),
                 ));
             }
-            Some(_) => {}
+            Some(at) => last_at = Some(at),
         }
     }
-    if let Some((name, column)) = f.params.get(doc.params.len()) {
-        return Err(fail(
-            f.line,
-            *column,
-            format!(
-                "parameter `{name}` of `{}` has no `@param` line; add `/// @param {name}: <type>  <description>`",
-                f.name
-            ),
-        ));
+    let mut warnings = Vec::new();
+    let mut documented = doc.params.into_iter().peekable();
+    let mut params = Vec::with_capacity(f.params.len());
+    // Each parameter in the `fn` line's order, with its `@param` line or as `any`.
+    for (name, column) in &f.params {
+        match documented.next_if(|p| &p.name == name) {
+            Some(p) => params.push(p),
+            None => {
+                warnings.push(fail(
+                    f.line,
+                    *column,
+                    format!(
+                        "parameter `{name}` of `{}` has no `@param` line, so it takes any value \
+                         and the model is told nothing about it; add \
+                         `/// @param {name}: <type>  <description>`",
+                        f.name
+                    ),
+                ));
+                params.push(doc::ParamDoc {
+                    name: name.clone(),
+                    ty: ValueType::Any,
+                    default: None,
+                    description: String::new(),
+                    line: f.line,
+                    column: *column,
+                });
+            }
+        }
     }
-    if let Some(with_default) = doc.params.iter().position(|p| p.default.is_some())
-        && let Some(p) = doc.params[with_default..]
-            .iter()
-            .find(|p| p.default.is_none())
+    if let Some(with_default) = params.iter().position(|p| p.default.is_some())
+        && let Some(p) = params[with_default..].iter().find(|p| p.default.is_none())
     {
+        let before = &params[with_default].name;
         return Err(fail(
             p.line,
             p.column,
             format!(
-                "parameter `{}` has no default but follows `{}`, which has one; give it a default or move it before `{}`",
-                p.name, doc.params[with_default].name, doc.params[with_default].name
+                "parameter `{}` has no default but follows `{before}`, which has one; give it a default or move it before `{before}`",
+                p.name
             ),
         ));
     }
-    Ok(SkillFunction {
+    let function = SkillFunction {
         class: class.to_string(),
         name: f.name.clone(),
-        params: doc
-            .params
+        params: params
             .into_iter()
             .map(|p| Param {
                 name: p.name,
@@ -479,7 +506,8 @@ fn function(
         remote: doc.remote || (class_remote && !doc.confirm && !doc.no_model),
         file: path.to_path_buf(),
         line: f.line,
-    })
+    };
+    Ok((function, warnings))
 }
 
 /// Checks that every function the script calls exists; the first unknown one (by

@@ -227,6 +227,8 @@ pub struct SkillClass {
     pub examples: Vec<Example>,
     /// Exported functions, in file order.
     pub functions: Vec<SkillFunction>,
+    /// What loaded but deserves the author's attention (`skills check` prints them).
+    pub warnings: Vec<LoadError>,
     runtime: Arc<loader::Runtime>,
 }
 
