@@ -20,6 +20,7 @@
 //!   the speaker, cues.
 //! - [`vad`]: when a spoken command has ended.
 //! - [`stt`]: speech to text on the device (whisper.cpp), importing faster-whisper models.
+//! - [`text`]: text from outside the process made safe to show (no control characters).
 //! - [`tts`]: speaking replies (espeak-ng, piper), sentence by sentence as they stream.
 //! - [`wake`]: the wake word detector (rustpotter) and making wake words from recordings.
 //! - [`cli`]: the command line.
@@ -35,6 +36,7 @@ pub mod mqtt;
 pub mod sandbox;
 pub mod skills;
 pub mod stt;
+pub mod text;
 pub mod tts;
 pub mod vad;
 pub mod wake;

@@ -228,6 +228,24 @@ async fn a_reply_in_one_byte_chunks_is_the_same_reply() {
     assert_eq!(events, expected);
 }
 
+#[tokio::test]
+async fn escape_sequences_in_the_reply_never_reach_a_terminal() {
+    let reply = text_reply(&[
+        "Hello\u{1b}[2J there.\u{7} ",
+        "Left\u{202e}right\u{9b}31m text.",
+    ]);
+    let server = ScriptedServer::start(vec![Reply::Chunks(reply)]).await;
+    let (events, result) = turn(&mut setup_with(&server.url, |_| {}), "hi").await;
+    result.unwrap();
+    assert_eq!(
+        events,
+        vec![
+            "say: Hello[2J there.".to_string(),
+            "say: Leftright31m text.".to_string()
+        ]
+    );
+}
+
 fn write_config(text: &str) -> tempfile::NamedTempFile {
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), text).unwrap();

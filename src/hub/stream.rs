@@ -234,7 +234,8 @@ impl Assembler {
                 && !text.is_empty()
             {
                 self.count(text.len())?;
-                self.pending.push_back(text.to_string());
+                // The reply reaches a terminal (`ask`, `chat`), the logs and the speaker.
+                self.pending.push_back(crate::text::clean_text(text));
             }
             if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
                 for (position, call) in calls.iter().enumerate() {

@@ -25,11 +25,11 @@ use crate::skills::watch::LiveRegistry;
 
 use super::peers::{Peers, RegistrationError};
 use super::protocol::{
-    CallRequest, CallResponse, OFFLINE, ONLINE, Registration, TopicKind, clean_text,
-    valid_device_id,
+    CallRequest, CallResponse, OFFLINE, ONLINE, Registration, TopicKind, valid_device_id,
 };
 use super::server::Server;
 use super::settings::LinkSettings;
+use crate::text::clean_text;
 
 /// Largest packet accepted from the broker (registrations of other spokes included);
 /// the broker drops bigger ones instead of this spoke disconnecting over them. Raised

@@ -18,10 +18,9 @@ use std::sync::Arc;
 use crate::device::normalise;
 use crate::skills::search::ClassIndex;
 use crate::skills::{Example, SkillFunction};
+use crate::text::{clean_line, clean_text};
 
-use super::protocol::{
-    ClassEntry, OFFLINE, ONLINE, Registration, clean_line, clean_text, valid_identifier,
-};
+use super::protocol::{ClassEntry, OFFLINE, ONLINE, Registration, valid_identifier};
 use super::settings::PeerLimits;
 
 /// One remote skill class as its device registered it.

@@ -38,25 +38,6 @@ pub fn valid_identifier(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// Text from the network for one line (a device name, the `from` of a call): without
-/// control characters (C0, C1, so no escape sequences) and bidirectional overrides,
-/// which could rewrite what a person sees on a terminal or in a log.
-pub fn clean_line(text: &str) -> String {
-    text.chars().filter(|c| !unsafe_char(*c)).collect()
-}
-
-/// Like [`clean_line`] for prose (descriptions, docstrings): keeps line breaks and tabs.
-pub fn clean_text(text: &str) -> String {
-    text.chars()
-        .filter(|c| matches!(c, '\n' | '\t') || !unsafe_char(*c))
-        .collect()
-}
-
-fn unsafe_char(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
 /// The topics of one installation (`prefix`, default `strawberry`).
 #[derive(Debug, Clone)]
 pub struct Topics {

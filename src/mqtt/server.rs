@@ -15,8 +15,9 @@ use tokio::sync::Semaphore;
 use crate::device::{Asking, Confirm};
 use crate::skills::watch::LiveRegistry;
 
-use super::protocol::{CallRequest, CallResponse, SCHEMA_VERSION, Topics, clean_line};
+use super::protocol::{CallRequest, CallResponse, SCHEMA_VERSION, Topics};
 use super::settings::{AllowList, LinkSettings};
+use crate::text::clean_line;
 
 /// Largest correlation data echoed back.
 const MAX_CORRELATION: usize = 256;
