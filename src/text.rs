@@ -22,3 +22,17 @@ fn unsafe_char(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outside_text_loses_control_characters() {
+        assert_eq!(
+            clean_line("Kit\u{1b}[2Jchen\u{9b}31m\u{202e}\n"),
+            "Kit[2Jchen31m"
+        );
+        assert_eq!(clean_text("a\n\tb\u{7}\u{2066}"), "a\n\tb");
+    }
+}
