@@ -986,15 +986,6 @@ impl Config {
                 ),
             ));
         }
-        if vad.confirm_ms >= self.sandbox.total_timeout_ms {
-            return Err(invalid(
-                "vad.confirm_ms",
-                format!(
-                    "{} is not below sandbox.total_timeout_ms ({}): a yes or no is waited for inside the run's time, so it would never be heard; lower it or raise the run's time",
-                    vad.confirm_ms, self.sandbox.total_timeout_ms
-                ),
-            ));
-        }
         if audio.volume > 200 {
             return Err(invalid(
                 "audio.volume",
@@ -1526,19 +1517,6 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("audio.retry_max_ms"), "{err}");
-        let err = Config::load(
-            None,
-            env(&[
-                ("STRAWBERRY_SPOKE__VAD__CONFIRM_MS", "20000"),
-                ("STRAWBERRY_SPOKE__SANDBOX__TOTAL_TIMEOUT_MS", "15000"),
-            ]),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            err.contains("vad.confirm_ms") && err.contains("sandbox.total_timeout_ms"),
-            "{err}"
-        );
         let err = Config::load(
             None,
             env(&[("STRAWBERRY_SPOKE__AUDIO__INPUT_FORMAT", "s16")]),
