@@ -151,7 +151,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let spoke = rt.block_on(async { Spoke::start(&config, Arc::new(NeverConfirm)).unwrap() });
+    let spoke = rt.block_on(async { Spoke::start(&config, Arc::new(NeverConfirm), None).unwrap() });
     // Device names are unique on the bus: the caller must not claim the server's.
     config.mqtt.device_id = "client".into();
     config.device.name = "Client".into();

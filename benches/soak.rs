@@ -254,7 +254,7 @@ fn calls(bench: bool) -> bool {
         .enable_all()
         .build()
         .unwrap();
-    let spoke = rt.block_on(async { Spoke::start(&config, Arc::new(NeverConfirm)).unwrap() });
+    let spoke = rt.block_on(async { Spoke::start(&config, Arc::new(NeverConfirm), None).unwrap() });
     // Device names are unique on the bus.
     config.mqtt.device_id = "client".into();
     config.device.name = "Client".into();

@@ -23,6 +23,7 @@ use crate::config::Config;
 use crate::device::{ConsoleConfirm, Device};
 use crate::mqtt::{AllowList, Link, LinkSettings, Role};
 use crate::sandbox::Sandbox;
+use crate::skills::services::Services;
 use crate::skills::{LoadError, Registry, SkillClass, SkillFunction};
 use crate::stt::ct2::Quantize;
 use crate::stt::{SAMPLE_RATE, Transcriber, audio};
@@ -269,14 +270,19 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// With a broker configured, a link that lets this process call other spokes' skills
-/// (serving them is `serve`'s job). Waits briefly for the connection; without it only
-/// local skills are reachable, which is said once.
-fn caller_link(rt: &tokio::runtime::Runtime, config: &Config) -> Result<Option<Link>> {
+/// With a broker configured, a link that lets this process (and the skills it loaded,
+/// through `services`) call other spokes' skills; serving them is `serve`'s job. Waits
+/// briefly for the connection; without it only local skills are reachable, which is
+/// said once.
+fn caller_link(
+    rt: &tokio::runtime::Runtime,
+    config: &Config,
+    services: &Services,
+) -> Result<Option<Link>> {
     let Some(settings) = LinkSettings::from_config(config)? else {
         return Ok(None);
     };
-    Ok(Some(rt.block_on(async {
+    let link = rt.block_on(async {
         let link = Link::start(settings, Role::Caller);
         if !link.wait_ready(LINK_WAIT).await {
             tracing::warn!(
@@ -284,7 +290,9 @@ fn caller_link(rt: &tokio::runtime::Runtime, config: &Config) -> Result<Option<L
             );
         }
         link
-    })))
+    });
+    services.set_household(Arc::new(link.clone()));
+    Ok(Some(link))
 }
 
 fn init_logging(config: &Config) {
@@ -491,13 +499,14 @@ fn exec(config: &Config, file: Option<&Path>, code: Option<String>) -> Result<Ex
     };
     let sandbox = Sandbox::new(config.sandbox.limits()).context("cannot start the sandbox")?;
     let registry = Arc::new(load_skills(config, &config.skills.dir));
+    let services = registry.settings().services.clone();
     let mut device = Device::new(
         config.device.name.clone(),
         registry,
         Arc::new(ConsoleConfirm),
     );
     let rt = runtime()?;
-    let link = caller_link(&rt, config)?;
+    let link = caller_link(&rt, config, &services)?;
     if let Some(link) = &link {
         device = device.with_link(link.clone());
     }

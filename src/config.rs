@@ -57,6 +57,39 @@ pub struct Config {
     pub agent: AgentConfig,
     /// Speaking replies.
     pub tts: TtsConfig,
+    /// Timers, alarms and reminders ringing.
+    pub timers: TimersConfig,
+    /// Announcements from skills and other rooms.
+    pub announce: AnnounceConfig,
+}
+
+/// `[timers]`: how a timer, alarm or reminder rings when it comes due.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimersConfig {
+    /// Ring (cue and spoken line, repeated) at most this long unless stopped.
+    pub ring_ms: u64,
+    /// One that came due while the daemon was down longer ago than this is reported
+    /// (said once), not rung.
+    pub missed_ms: u64,
+}
+
+impl Default for TimersConfig {
+    fn default() -> Self {
+        TimersConfig {
+            ring_ms: 60_000,
+            missed_ms: 3_600_000,
+        }
+    }
+}
+
+/// `[announce]`: speech from skills and other rooms.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AnnounceConfig {
+    /// `HH:MM-HH:MM` (local time) when announcements are not spoken; empty: never
+    /// quiet. Timers, alarms and reminders still ring.
+    pub quiet_hours: String,
 }
 
 /// `[tts]`: how replies are spoken.
@@ -686,6 +719,8 @@ impl Config {
                 max_bytes: self.skills.storage_max_bytes,
                 max_value_bytes: self.skills.storage_max_value_bytes,
             },
+            quiet_hours: crate::skills::services::QuietHours::parse(&self.announce.quiet_hours),
+            ..HostSettings::default()
         }
     }
 
@@ -841,6 +876,16 @@ impl Config {
                 });
             }
         }
+        let quiet = self.announce.quiet_hours.trim();
+        if !quiet.is_empty() && crate::skills::services::QuietHours::parse(quiet).is_none() {
+            return Err(ConfigError::Invalid {
+                origin: origin("announce.quiet_hours"),
+                key: "announce.quiet_hours".into(),
+                message: format!(
+                    "{quiet:?} is not a span of the day; write it like \"22:00-07:00\" (or \"\" for none)"
+                ),
+            });
+        }
         if self.mqtt.keep_alive_s < 5 {
             return Err(ConfigError::Invalid {
                 origin: origin("mqtt.keep_alive_s"),
@@ -960,6 +1005,8 @@ impl Config {
             ("vad.hangover_ms", vad.hangover_ms, 100, 5_000),
             ("vad.follow_up_ms", vad.follow_up_ms, 0, 60_000),
             ("vad.confirm_ms", vad.confirm_ms, 500, 60_000),
+            ("timers.ring_ms", self.timers.ring_ms, 1_000, 3_600_000),
+            ("timers.missed_ms", self.timers.missed_ms, 0, 7 * 86_400_000),
             ("tts.timeout_ms", self.tts.timeout_ms, 100, 120_000),
             ("vad.max_utterance_ms", vad.max_utterance_ms, 1_000, 120_000),
             (

@@ -19,21 +19,27 @@ use crate::device::{Asking, Confirm, ConsoleConfirm};
 use crate::hub::HubClient;
 use crate::mqtt::Link;
 use crate::sandbox::Sandbox;
+use crate::skills::services::Services;
 
-fn agent(config: &Config) -> Result<Agent> {
+/// The agent, and the services its skills use (the link is added to them later).
+fn agent(config: &Config) -> Result<(Agent, Services)> {
     let hub = HubClient::new(&config.hub)?;
     let sandbox = Sandbox::new(config.sandbox.limits()).context("cannot start the sandbox")?;
     let registry = Arc::new(load_skills(config, &config.skills.dir));
-    Ok(Agent::new(config, hub, Arc::new(sandbox), registry))
+    let services = registry.settings().services.clone();
+    Ok((
+        Agent::new(config, hub, Arc::new(sandbox), registry),
+        services,
+    ))
 }
 
 /// With a broker configured, model code reaches other spokes' skills too.
 fn connect(
     runtime: &tokio::runtime::Runtime,
     config: &Config,
-    agent: Agent,
+    (agent, services): (Agent, Services),
 ) -> Result<(Agent, Option<Link>)> {
-    Ok(match caller_link(runtime, config)? {
+    Ok(match caller_link(runtime, config, &services)? {
         Some(link) => (agent.with_link(link.clone()), Some(link)),
         None => (agent, None),
     })
@@ -62,7 +68,7 @@ pub fn ask(config: &Config, text: &str) -> Result<ExitCode> {
 
 /// `prompt "text"`: the request body of the first round, as JSON.
 pub fn prompt(config: &Config, text: &str) -> Result<ExitCode> {
-    let agent = agent(config)?;
+    let (agent, _) = agent(config)?;
     let mut session = agent.session();
     let body = agent.preview(&mut session, text);
     print_out(&format!("{}\n", serde_json::to_string_pretty(&body)?))?;

@@ -109,8 +109,9 @@ pub fn listen(config: &Config, file: &Path, out: Option<&Path>, no_wake: bool) -
     let hub = HubClient::new(&config.hub)?;
     let sandbox = Sandbox::new(config.sandbox.limits()).context("cannot start the sandbox")?;
     let registry = Arc::new(load_skills(config, &config.skills.dir));
+    let services = registry.settings().services.clone();
     let mut agent = Agent::new(config, hub, Arc::new(sandbox), registry);
-    let link = caller_link(&rt, config)?;
+    let link = caller_link(&rt, config, &services)?;
     if let Some(link) = &link {
         agent = agent.with_link(link.clone());
     }

@@ -96,8 +96,9 @@ impl Listener {
     /// Listens for a command now, without the wake word, giving up after `no_speech_ms`
     /// of silence (a follow-up answer).
     pub fn listen(&mut self, no_speech_ms: u64) {
+        // The window must outlast the lead-in it starts with, or it would end at once.
         let vad = VadSettings {
-            no_speech_timeout_ms: no_speech_ms.max(100),
+            no_speech_timeout_ms: no_speech_ms.max(FOLLOW_UP_LEAD_MS + 200),
             ..self.vad.clone()
         };
         // The endpointer learns the room's noise floor from what it hears first: give

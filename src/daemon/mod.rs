@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use crate::agent::Agent;
 use crate::audio::Capture;
@@ -31,6 +31,8 @@ use crate::device::{Confirm, NeverConfirm};
 use crate::hub::{HubClient, HubError};
 use crate::mqtt::{Link, LinkSettings, MqttError, Role};
 use crate::sandbox::Sandbox;
+use crate::skills::schedule::{ScheduleFile, Scheduler};
+use crate::skills::services::Spoken;
 use crate::skills::watch::{LiveRegistry, Watcher};
 use crate::stt::{SttError, Transcriber};
 use crate::tts::{Speaker, Synth, TtsError};
@@ -80,15 +82,38 @@ pub struct Spoke {
     pub link: Option<Link>,
     stop: watch::Sender<bool>,
     watcher: tokio::task::JoinHandle<()>,
+    scheduler: tokio::task::JoinHandle<()>,
 }
 
 impl Spoke {
-    /// Loads the skills, starts hot reload and (when a broker is configured) the MQTT
-    /// link, on the current tokio runtime. `confirm` asks the local user before
-    /// `@confirm` functions run for other devices.
-    pub fn start(config: &Config, confirm: Arc<dyn Confirm>) -> Result<Spoke, DaemonError> {
+    /// Loads the skills, starts hot reload, the schedule and (when a broker is
+    /// configured) the MQTT link, on the current tokio runtime. `confirm` asks the local
+    /// user before `@confirm` functions run for other devices. `voice` is where skills'
+    /// speech and due timers go; without one (`serve`) skills cannot speak and due
+    /// timers are only logged.
+    pub fn start(
+        config: &Config,
+        confirm: Arc<dyn Confirm>,
+        voice: Option<mpsc::Sender<Spoken>>,
+    ) -> Result<Spoke, DaemonError> {
         let settings = LinkSettings::from_config(config)?;
-        let (watcher, errors) = Watcher::start(&config.skills.dir, &config.host_settings());
+        let host = config.host_settings();
+        let services = host.services.clone();
+        let (stop, stop_rx) = watch::channel(false);
+        let due = match voice {
+            Some(voice) => {
+                services.set_speech(voice.clone());
+                voice
+            }
+            None => mute(stop_rx.clone()),
+        };
+        let scheduler = Scheduler::new(
+            ScheduleFile::new(&host.data_dir, host.schedule),
+            Duration::from_millis(config.timers.missed_ms),
+            services.schedule_changed(),
+        );
+        let scheduler = tokio::spawn(scheduler.run(due, stop_rx.clone()));
+        let (watcher, errors) = Watcher::start(&config.skills.dir, &host);
         for error in &errors {
             tracing::warn!(%error, "skill file skipped");
         }
@@ -118,7 +143,9 @@ impl Spoke {
                 None
             }
         };
-        let (stop, stop_rx) = watch::channel(false);
+        if let Some(link) = &link {
+            services.set_household(Arc::new(link.clone()));
+        }
         let republish = link.clone();
         let watcher = tokio::spawn(watcher.run(stop_rx, move || {
             if let Some(link) = &republish {
@@ -130,17 +157,42 @@ impl Spoke {
             link,
             stop,
             watcher,
+            scheduler,
         })
     }
 
-    /// Stops hot reload and closes the link cleanly.
+    /// Stops hot reload and the schedule, and closes the link cleanly.
     pub async fn shutdown(self) {
         self.stop.send_replace(true);
         let _ = self.watcher.await;
+        let _ = self.scheduler.await;
         if let Some(link) = &self.link {
             link.shutdown().await;
         }
     }
+}
+
+/// Where due timers go on a spoke without a voice: the log, so they are not silently
+/// lost. Ends with `stop`.
+fn mute(mut stop: watch::Receiver<bool>) -> mpsc::Sender<Spoken> {
+    let (tx, mut rx) = mpsc::channel(crate::skills::services::SPEECH_QUEUE);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                item = rx.recv() => match item {
+                    Some(Spoken::Due(due)) => tracing::warn!(
+                        skill = %due.entry.skill,
+                        "came due, but this spoke has no voice to ring it (`serve` runs without audio; use `run`): {}",
+                        due.line()
+                    ),
+                    Some(_) => {}
+                    None => return,
+                },
+            }
+        }
+    });
+    tx
 }
 
 /// `strawberry-spoke serve`: runs until SIGTERM or SIGINT, then shuts down cleanly.
@@ -148,7 +200,7 @@ pub async fn serve(config: &Config, confirm: Arc<dyn Confirm>) -> Result<(), Dae
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;
-    let spoke = Spoke::start(config, confirm)?;
+    let spoke = Spoke::start(config, confirm, None)?;
     tracing::info!(device = %config.device.name, "serving");
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
@@ -183,7 +235,8 @@ impl Running {
         let sandbox = Sandbox::new(config.sandbox.limits())
             .map_err(|e| DaemonError::Sandbox(e.to_string()))?;
         let hub = HubClient::new(&config.hub)?;
-        let spoke = Spoke::start(config, Arc::new(NeverConfirm))?;
+        let (speech, spoken) = mpsc::channel(crate::skills::services::SPEECH_QUEUE);
+        let spoke = Spoke::start(config, Arc::new(NeverConfirm), Some(speech))?;
         let mut agent = Agent::live(config, hub, Arc::new(sandbox), spoke.skills.clone());
         if let Some(link) = &spoke.link {
             agent = agent.with_link(link.clone());
@@ -207,6 +260,7 @@ impl Running {
             interrupt: config.wake.interrupt,
             follow_up_ms: config.vad.follow_up_ms,
             confirm_ms: config.vad.confirm_ms,
+            ring_ms: config.timers.ring_ms,
         };
         let voice = Voice::start(
             pipeline,
@@ -215,6 +269,7 @@ impl Running {
             settings,
             notifier,
             word.name().to_string(),
+            spoken,
         )
         .map_err(DaemonError::Thread)?;
         Ok(Running {

@@ -20,7 +20,15 @@
 //! to the conversation task, which opens the follow-up window of the audio thread's
 //! [`Listener`] (`vad.confirm_ms` long) and hands the command or silence it hears back
 //! to the waiting turn instead of starting a turn with it.
+//!
+//! Speech that does not come from a turn (a skill's `say`, an announcement from another
+//! room, a timer coming due) arrives as [`Spoken`] items from the skills and waits in
+//! the conversation task until no turn runs and nobody is being listened to, so it is
+//! never cut into a reply. A due timer *rings*: the ring cue and its line, repeated
+//! every [`RING_GAP`] after they end, while a listening window without the wake word
+//! stays open; "stop" (or the wake word) ends it, or `timers.ring_ms` does.
 
+use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -35,11 +43,16 @@ use super::systemd::{Heartbeat, Notifier};
 use crate::agent::{Agent, Session, TurnEvent};
 use crate::audio::cues::Cue;
 use crate::audio::{Capture, CaptureStatus, SAMPLE_RATE};
+use crate::skills::schedule::Lateness;
+use crate::skills::services::Spoken;
 use crate::stt::Transcriber;
 use crate::tts::Speaker;
 
 /// Longest a reply may keep playing before the turn stops waiting for it.
 const SPEAKING_LIMIT: Duration = Duration::from_secs(120);
+
+/// Silence between two rings of a due timer.
+pub const RING_GAP: Duration = Duration::from_secs(2);
 
 /// What is needed to answer one spoken command.
 pub struct Pipeline {
@@ -295,6 +308,23 @@ impl Pipeline {
         answer.allows()
     }
 
+    /// Whether `command` says a stop phrase (alone or among other words, such as the
+    /// wake word said in the same breath): what ends a ringing timer.
+    pub async fn says_stop(&self, command: Command) -> bool {
+        let stt = self.transcriber.clone();
+        let text = match tokio::task::spawn_blocking(move || stt.transcribe(&command.samples)).await
+        {
+            Ok(Ok(transcript)) => normalize(&clean_transcript(&transcript.text)),
+            _ => return false,
+        };
+        tracing::info!(%text, "heard while ringing");
+        let words: Vec<&str> = text.split_whitespace().collect();
+        self.stop_phrases.iter().any(|phrase| {
+            let phrase: Vec<&str> = phrase.split_whitespace().collect();
+            !phrase.is_empty() && words.windows(phrase.len()).any(|w| w == phrase.as_slice())
+        })
+    }
+
     fn failed(&self, error: &str, report: &Reporter) -> Outcome {
         report(Step::SttFailed(error));
         self.speaker.cue(Cue::Error);
@@ -345,6 +375,8 @@ pub fn normalize(text: &str) -> String {
 enum Control {
     /// Listen for a command without the wake word, for this many milliseconds.
     Listen(u64),
+    /// Stop listening for a command; wait for the wake word.
+    Cancel,
 }
 
 /// How the loop behaves around a turn.
@@ -356,6 +388,8 @@ pub struct VoiceSettings {
     pub follow_up_ms: u64,
     /// How long to wait for a yes or no after asking to confirm a call.
     pub confirm_ms: u64,
+    /// How long a due timer rings unless stopped.
+    pub ring_ms: u64,
 }
 
 /// The ear of `run`: asks the conversation task for the next utterance.
@@ -403,6 +437,7 @@ impl Voice {
         settings: VoiceSettings,
         notifier: Arc<Notifier>,
         wake_name: String,
+        spoken: mpsc::Receiver<Spoken>,
     ) -> std::io::Result<Voice> {
         let (stop, stop_rx) = watch::channel(false);
         let (heard_tx, heard_rx) = mpsc::unbounded_channel();
@@ -437,6 +472,10 @@ impl Voice {
             capture_status,
             idle_status: format!("Listening for \"{wake_name}\""),
             shown: String::new(),
+            spoken,
+            later: VecDeque::new(),
+            ringing: None,
+            listening: false,
         };
         let task = tokio::spawn(conversation.run());
         Ok(Voice {
@@ -474,8 +513,11 @@ impl AudioLoop {
         let mut status_at = Instant::now();
         while !*self.stop.borrow() {
             self.beat.beat();
-            while let Ok(Control::Listen(ms)) = self.control.try_recv() {
-                self.listener.listen(ms);
+            while let Ok(control) = self.control.try_recv() {
+                match control {
+                    Control::Listen(ms) => self.listener.listen(ms),
+                    Control::Cancel => self.listener.cancel(),
+                }
             }
             match self
                 .capture
@@ -516,6 +558,26 @@ struct Conversation {
     idle_status: String,
     /// The status last sent, so each change is sent (and logged) once.
     shown: String,
+    /// Speech from skills and due timers.
+    spoken: mpsc::Receiver<Spoken>,
+    /// What came from `spoken` and waits for the turn (or the listening) to end.
+    later: VecDeque<Spoken>,
+    /// A due timer ringing.
+    ringing: Option<Ringing>,
+    /// A command is being listened to (after the wake word, or in a follow-up window).
+    listening: bool,
+}
+
+/// Due timers ringing until stopped.
+struct Ringing {
+    /// What is said at each ring.
+    lines: Vec<String>,
+    /// When it stops by itself.
+    until: Instant,
+    /// Since when the last ring has been quiet.
+    quiet_since: Option<Instant>,
+    /// How many times it has rung.
+    rings: u32,
 }
 
 /// A turn in progress.
@@ -555,6 +617,7 @@ impl Conversation {
 
     /// A turn wants the answer to its question: listen without the wake word.
     fn listen_for_answer(&mut self, reply: oneshot::Sender<Option<Command>>) {
+        self.stop_ringing("a question is asked");
         self.answer = Some(reply);
         let _ = self.control.send(Control::Listen(self.settings.confirm_ms));
         self.show("Listening for yes or no");
@@ -581,21 +644,153 @@ impl Conversation {
         None
     }
 
+    /// Says or rings what waits in `later`, unless a turn runs or someone is being
+    /// listened to. While ringing, only more due timers join in; the rest waits.
+    fn deliver(&mut self, turn_running: bool) {
+        if turn_running || self.listening || self.answer.is_some() {
+            return;
+        }
+        let mut held = VecDeque::new();
+        while let Some(item) = self.later.pop_front() {
+            let speaker = self.pipeline.speaker();
+            match item {
+                Spoken::Due(due) if due.lateness == Lateness::Stale => {
+                    tracing::info!(skill = %due.entry.skill, "came due long ago; said, not rung");
+                    speaker.say(&due.line());
+                }
+                Spoken::Due(due) => self.ring(due.line()),
+                other if self.ringing.is_some() => held.push_back(other),
+                Spoken::Say(text) => speaker.say(&text),
+                Spoken::Cue(cue) => speaker.cue(cue),
+                Spoken::Announce(text) => {
+                    tracing::info!(%text, "announcement");
+                    speaker.cue(Cue::Chime);
+                    speaker.say(&text);
+                }
+            }
+        }
+        self.later = held;
+    }
+
+    /// Starts ringing `line`, or adds it to the ring in progress.
+    fn ring(&mut self, line: String) {
+        if let Some(ringing) = &mut self.ringing {
+            ringing.lines.push(line);
+            return;
+        }
+        let ring = Duration::from_millis(self.settings.ring_ms);
+        self.show(&format!("Ringing: {line}"));
+        self.ringing = Some(Ringing {
+            lines: vec![line],
+            until: Instant::now() + ring,
+            quiet_since: None,
+            rings: 0,
+        });
+        self.play_ring();
+        let _ = self.control.send(Control::Listen(self.settings.ring_ms));
+    }
+
+    fn play_ring(&mut self) {
+        let Some(ringing) = &mut self.ringing else {
+            return;
+        };
+        ringing.quiet_since = None;
+        ringing.rings += 1;
+        if ringing.rings > 1 {
+            tracing::info!(ring = ringing.rings, "ringing again");
+        }
+        let speaker = self.pipeline.speaker();
+        speaker.cue(Cue::Ring);
+        for line in &ringing.lines {
+            speaker.say(line);
+        }
+    }
+
+    /// Keeps a ring going: again after [`RING_GAP`] of quiet; ends it at its time.
+    fn keep_ringing(&mut self) {
+        let Some(ringing) = &mut self.ringing else {
+            return;
+        };
+        let now = Instant::now();
+        if now >= ringing.until {
+            self.stop_ringing("nobody stopped it within timers.ring_ms");
+            let _ = self.control.send(Control::Cancel);
+            let idle = self.idle_status.clone();
+            self.show(&idle);
+            return;
+        }
+        if self.pipeline.speaker().busy() {
+            ringing.quiet_since = None;
+        } else if now.duration_since(*ringing.quiet_since.get_or_insert(now)) >= RING_GAP {
+            self.play_ring();
+        }
+    }
+
+    /// After an utterance that was not "stop", listen again for the rest of the ring.
+    fn listen_while_ringing(&mut self) {
+        if let Some(ringing) = &self.ringing {
+            // Under a second left: the ring ends before anyone could finish a word.
+            let left = ringing.until.saturating_duration_since(Instant::now());
+            if left >= Duration::from_secs(1) {
+                let _ = self.control.send(Control::Listen(left.as_millis() as u64));
+            }
+        }
+    }
+
+    fn stop_ringing(&mut self, why: &str) {
+        if let Some(ringing) = self.ringing.take() {
+            tracing::info!(lines = ?ringing.lines, "ringing stopped: {why}");
+            self.pipeline.speaker().stop();
+        }
+    }
+
     async fn run(mut self) {
         let idle = self.idle_status.clone();
         self.show(&idle);
         let mut turn: Option<Turn> = None;
         let mut queued: Option<(Command, Instant)> = None;
+        // Transcribing what was heard while ringing, to see whether it was "stop".
+        let mut stop_check: Option<JoinHandle<bool>> = None;
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         loop {
             tokio::select! {
                 _ = self.stop.changed() => break,
                 Some(reply) = self.asks.recv() => self.listen_for_answer(reply),
+                Some(item) = self.spoken.recv() => {
+                    self.later.push_back(item);
+                    self.deliver(turn.is_some());
+                }
+                said_stop = async { stop_check.as_mut().expect("guarded").await }, if stop_check.is_some() => {
+                    stop_check = None;
+                    if said_stop.unwrap_or(false) {
+                        self.stop_ringing("stop phrase");
+                        self.pipeline.speaker().cue(Cue::Done);
+                        self.show(&idle);
+                        self.deliver(turn.is_some());
+                    } else {
+                        self.listen_while_ringing();
+                    }
+                }
                 heard = self.heard.recv() => {
                     let Some((heard, at)) = heard else { break };
                     let Some(heard) = self.answer_with(heard) else { continue };
+                    if self.ringing.is_some() && !self.listening {
+                        match heard {
+                            Heard::Command(command) => {
+                                let pipeline = self.pipeline.clone();
+                                stop_check = Some(tokio::spawn(async move { pipeline.says_stop(command).await }));
+                                continue;
+                            }
+                            Heard::NoSpeech { .. } => {
+                                self.listen_while_ringing();
+                                continue;
+                            }
+                            Heard::Woke(_) => self.stop_ringing("wake word"),
+                        }
+                    }
                     match heard {
                         Heard::Woke(detection) => {
+                            self.listening = true;
                             let busy = turn.is_some() || self.pipeline.speaker().busy();
                             tracing::info!(word = %detection.name, score = format!("{:.2}", detection.score), busy, "wake word");
                             if busy && self.settings.interrupt {
@@ -609,6 +804,7 @@ impl Conversation {
                             self.show("Listening to a command");
                         }
                         Heard::Command(command) => {
+                            self.listening = false;
                             if turn.is_some() {
                                 tracing::info!("a command came during a reply: it waits for the reply to finish");
                                 queued = Some((command, at));
@@ -618,9 +814,11 @@ impl Conversation {
                             }
                         }
                         Heard::NoSpeech { .. } => {
+                            self.listening = false;
                             tracing::info!("no command followed; waiting for the wake word");
                             self.pipeline.speaker().cue(Cue::Done);
                             self.show(&idle);
+                            self.deliver(turn.is_some());
                         }
                     }
                 }
@@ -629,6 +827,7 @@ impl Conversation {
                     release_memory();
                     match outcome {
                         Ok(outcome) if outcome.asked && self.settings.follow_up_ms > 0 && queued.is_none() => {
+                            self.listening = true;
                             let _ = self.control.send(Control::Listen(self.settings.follow_up_ms));
                             self.show("Listening for an answer");
                         }
@@ -644,11 +843,13 @@ impl Conversation {
                         turn = Some(self.spawn_turn(command, at));
                         self.show("Answering");
                     }
+                    self.deliver(turn.is_some());
                 }
                 _ = tick.tick() => {
                     if turn.as_ref().is_none_or(|t| t.started.elapsed() < TURN_STUCK) {
                         self.beat.beat();
                     }
+                    self.keep_ringing();
                     let note = capture_note(&self.capture_status.lock().unwrap_or_else(|e| e.into_inner()));
                     match note {
                         Some(note) => self.show(&note),

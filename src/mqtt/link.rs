@@ -351,6 +351,31 @@ impl Link {
     }
 }
 
+/// Skills reach the other spokes through the link without knowing it is MQTT.
+impl crate::skills::services::Household for Link {
+    fn call_all(
+        &self,
+        class: &str,
+        function: &str,
+        args: &[Value],
+    ) -> Vec<(String, Result<Value, String>)> {
+        let targets: Vec<(String, String)> = self.with_peers(|peers| {
+            peers
+                .all()
+                .filter(|p| p.online && p.function(class, function).is_some())
+                .map(|p| (p.id.clone(), p.name.clone()))
+                .collect()
+        });
+        targets
+            .into_iter()
+            .map(|(id, name)| {
+                let outcome = self.call_blocking(&id, &name, class, function, args);
+                (name, outcome)
+            })
+            .collect()
+    }
+}
+
 /// A call waiting for its answer.
 struct Pending {
     reply: SyncSender<Result<Value, String>>,

@@ -10,6 +10,9 @@
 
 mod command;
 mod http;
+mod speech;
+mod timing;
+pub mod when;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,6 +23,8 @@ use jiff::tz::TimeZone;
 use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Map};
 
 use super::deadline;
+use super::schedule::ScheduleLimits;
+use super::services::{QuietHours, Services};
 use super::storage::{StorageLimits, Store};
 
 /// What skills may do on the host, from the `[skills]` config section.
@@ -39,6 +44,12 @@ pub struct HostSettings {
     pub file_max_bytes: usize,
     /// How much each skill may keep in its storage.
     pub storage: StorageLimits,
+    /// How much each skill may schedule.
+    pub schedule: ScheduleLimits,
+    /// When announcements are not spoken (timers still ring).
+    pub quiet_hours: Option<QuietHours>,
+    /// What the running daemon lends skills (a voice, the other spokes).
+    pub services: Services,
 }
 
 impl Default for HostSettings {
@@ -50,6 +61,8 @@ impl Default for HostSettings {
     /// - `http_max_bytes`: 1 MiB; plenty for JSON APIs, bounded on a 512 MB board.
     /// - `file_max_bytes`: 1 MiB; `/proc` and `/sys` files and small configs.
     /// - `storage`: see [`StorageLimits::default`].
+    /// - `schedule`: see [`ScheduleLimits::default`].
+    /// - `quiet_hours`: none.
     fn default() -> Self {
         HostSettings {
             data_dir: PathBuf::from("/var/lib/strawberry-spoke"),
@@ -59,6 +72,9 @@ impl Default for HostSettings {
             http_max_bytes: 1024 * 1024,
             file_max_bytes: 1024 * 1024,
             storage: StorageLimits::default(),
+            schedule: ScheduleLimits::default(),
+            quiet_hours: None,
+            services: Services::default(),
         }
     }
 }
@@ -85,6 +101,8 @@ pub fn register(engine: &mut Engine, ctx: Arc<SkillContext>) {
     register_time(engine);
     register_files(engine, &ctx);
     register_json(engine);
+    speech::register(engine, &ctx);
+    timing::register(engine, &ctx);
 }
 
 /// Renders a duration the way error messages speak: `5 s`, `1.5 s`, `200 ms`.

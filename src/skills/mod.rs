@@ -12,7 +12,9 @@ pub mod deadline;
 mod doc;
 pub mod host_api;
 mod loader;
+pub mod schedule;
 pub mod search;
+pub mod services;
 pub mod storage;
 pub mod watch;
 

@@ -65,8 +65,11 @@ impl Mouth {
             .custom_flags(libc::O_NONBLOCK)
             .open(fifo)
             .expect("open the FIFO");
+        // Non-blocking, so a daemon that stopped reading (it crashed, or the test is
+        // over) cannot leave this thread stuck in a write that `drop` waits for.
         let mut writer = std::fs::OpenOptions::new()
             .write(true)
+            .custom_flags(libc::O_NONBLOCK)
             .open(fifo)
             .expect("open the FIFO");
         let queue = Arc::new(Mutex::new(VecDeque::<(f32, bool)>::new()));
@@ -91,8 +94,18 @@ impl Mouth {
                         })
                         .collect()
                 };
-                if writer.write_all(&chunk).is_err() {
-                    return;
+                let mut written = 0;
+                while written < chunk.len() {
+                    match writer.write(&chunk[written..]) {
+                        Ok(n) => written += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            if st.load(Ordering::SeqCst) {
+                                return;
+                            }
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        Err(_) => return,
+                    }
                 }
                 if last {
                     *e.lock().expect("ended") = Some(Instant::now());
