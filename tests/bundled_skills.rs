@@ -426,8 +426,8 @@ fn timers_are_set_listed_extended_and_cancelled_by_name() {
     assert!(error.contains("already a timer called \"pasta\""), "{error}");
     let error = timers.call("start", ("soon".to_string(),)).unwrap_err();
     assert!(error.contains("\"10 minutes\""), "{error}");
-    timers.ok("alarm", ("6:30 am".to_string(),));
-    timers.ok(
+    let _ = timers.ok("alarm", ("6:30 am".to_string(),));
+    let _ = timers.ok(
         "remind",
         ("call your mother".to_string(), "in 2 hours".to_string()),
     );
@@ -466,7 +466,7 @@ fn timers_are_set_listed_extended_and_cancelled_by_name() {
     assert!(timers.ok("list", ()).into_array().unwrap().is_empty());
 
     // The entries are in the schedule the daemon rings from.
-    timers.ok("start", ("1 hour".to_string(), "tea".to_string()));
+    let _ = timers.ok("start", ("1 hour".to_string(), "tea".to_string()));
     let schedule = std::fs::read_to_string(dir.path().join("schedule.json")).unwrap();
     assert!(schedule.contains("Your tea timer is done."), "{schedule}");
     assert!(schedule.contains("Your tea timer went off at {time}."), "{schedule}");
@@ -500,7 +500,7 @@ fn speaking_needs_a_voice_and_respects_quiet_hours() {
         ..settings
     };
     let speaker = Skill::load_with("speaker.rhai", loud);
-    speaker.ok("say", ("Dinner is ready".to_string(),));
+    let _ = speaker.ok("say", ("Dinner is ready".to_string(),));
     assert_eq!(
         rx.try_recv().unwrap(),
         strawberry_spoke::skills::services::Spoken::Announce("Dinner is ready".into())
