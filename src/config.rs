@@ -395,6 +395,9 @@ pub struct WakeConfig {
     /// Commands that stop what the spoke is saying without asking the model
     /// (compared ignoring case and punctuation).
     pub stop_phrases: Vec<String>,
+    /// How long spokes that heard the same wake word compare how well they heard it
+    /// before the nearest answers (0: off, every spoke that hears it answers).
+    pub arbitration_ms: u64,
 }
 
 impl Default for WakeConfig {
@@ -412,6 +415,7 @@ impl Default for WakeConfig {
             gain_normalizer: s.gain_normalizer,
             eager: s.eager,
             interrupt: true,
+            arbitration_ms: 300,
             stop_phrases: [
                 "stop",
                 "cancel",
@@ -1006,6 +1010,7 @@ impl Config {
             ("vad.follow_up_ms", vad.follow_up_ms, 0, 60_000),
             ("vad.confirm_ms", vad.confirm_ms, 500, 60_000),
             ("timers.ring_ms", self.timers.ring_ms, 1_000, 3_600_000),
+            ("wake.arbitration_ms", self.wake.arbitration_ms, 0, 2_000),
             ("timers.missed_ms", self.timers.missed_ms, 0, 7 * 86_400_000),
             ("tts.timeout_ms", self.tts.timeout_ms, 100, 120_000),
             ("vad.max_utterance_ms", vad.max_utterance_ms, 1_000, 120_000),

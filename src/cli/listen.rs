@@ -146,12 +146,13 @@ pub fn listen(config: &Config, file: &Path, out: Option<&Path>, no_wake: bool) -
         let Some(heard) = heard else { break };
         match heard {
             Heard::Woke(d) => say(format!(
-                "{:7.2} s  wake word {:?} (score {:.2}, spoken {:.2}-{:.2} s)",
+                "{:7.2} s  wake word {:?} (score {:.2}, spoken {:.2}-{:.2} s, {:.1} dB over the room's noise)",
                 d.fired_secs(),
                 d.name,
                 d.score,
                 d.start_secs(),
-                d.end_secs()
+                d.end_secs(),
+                d.proximity_db
             )),
             Heard::NoSpeech { at } => say(format!("{:7.2} s  no command followed", secs(at))),
             Heard::Command(command) => {

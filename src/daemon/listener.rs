@@ -11,6 +11,8 @@
 //! command therefore starts where the wake word ended, and the audio between that
 //! point and the moment of detection comes from the pre-roll.
 
+use std::collections::VecDeque;
+
 use crate::audio::{FRAME_SAMPLES, Frame, PreRoll, ms_to_samples};
 use crate::vad::{Endpoint, Endpointer, VadSettings};
 use crate::wake::{Detection, Detector};
@@ -34,6 +36,64 @@ pub enum Heard {
         /// Where the wait ended.
         at: u64,
     },
+}
+
+/// Frame levels of the last few seconds, for how loud the wake phrase was over this
+/// room's noise: the signal that tells which of several spokes is nearest the speaker.
+/// The detector's score says how much the audio sounds like the phrase, which a far
+/// spoke can match as well as a near one; the level over the spoke's own floor falls
+/// with distance.
+#[derive(Debug, Default)]
+struct Levels {
+    /// (end position, level in dB) per frame, oldest first.
+    frames: VecDeque<(u64, f32)>,
+}
+
+/// How much level history is kept: the phrase and a second or two before it.
+const LEVEL_HISTORY: usize = 3 * 16_000 / FRAME_SAMPLES;
+
+impl Levels {
+    fn push(&mut self, frame: &Frame) {
+        let n = frame.samples.len().max(1) as f32;
+        let power = frame.samples.iter().map(|s| s * s).sum::<f32>() / n;
+        if self.frames.len() == LEVEL_HISTORY {
+            self.frames.pop_front();
+        }
+        self.frames
+            .push_back((frame.end(), 10.0 * (power + 1e-12).log10()));
+    }
+
+    /// How far the loudest quarter of the frames in `start..end` is above the room's
+    /// floor: the 10th percentile of the frames before them (or, when the history
+    /// starts inside the phrase, of all frames: the gaps between its words). A
+    /// percentile, not the minimum, so one dropped-out frame does not set the floor.
+    fn proximity(&self, start: u64, end: u64) -> f32 {
+        let mut phrase: Vec<f32> = self
+            .frames
+            .iter()
+            .filter(|(at, _)| *at > start && *at <= end + FRAME_SAMPLES as u64)
+            .map(|(_, db)| *db)
+            .collect();
+        if phrase.is_empty() {
+            return 0.0;
+        }
+        phrase.sort_by(|a, b| b.total_cmp(a));
+        let loud = &phrase[..phrase.len().div_ceil(4)];
+        let level = loud.iter().sum::<f32>() / loud.len() as f32;
+        let before: Vec<f32> = self
+            .frames
+            .iter()
+            .filter(|(at, _)| *at <= start)
+            .map(|(_, db)| *db)
+            .collect();
+        let mut pool: Vec<f32> = if before.len() >= 10 {
+            before
+        } else {
+            self.frames.iter().map(|(_, db)| *db).collect()
+        };
+        pool.sort_by(f32::total_cmp);
+        level - pool[pool.len() / 10]
+    }
 }
 
 /// A command's audio and where it was in the stream.
@@ -69,6 +129,7 @@ pub struct Listener {
     state: State,
     /// Stream position just past the last frame seen.
     position: u64,
+    levels: Levels,
 }
 
 impl Listener {
@@ -80,6 +141,7 @@ impl Listener {
             preroll: PreRoll::new(ms_to_samples(pre_roll_ms).max(FRAME_SAMPLES)),
             state: State::Waiting,
             position: 0,
+            levels: Levels::default(),
         }
     }
 
@@ -127,6 +189,7 @@ impl Listener {
     pub fn push(&mut self, frame: &Frame) -> Option<Heard> {
         self.position = frame.end();
         self.preroll.push(frame);
+        self.levels.push(frame);
         match &mut self.state {
             State::Waiting => {
                 // The detector counts only what it was given; it skipped the commands
@@ -137,6 +200,7 @@ impl Listener {
                 detection.start += lag;
                 detection.end += lag;
                 detection.fired_at += lag;
+                detection.proximity_db = self.levels.proximity(detection.start, detection.end);
                 self.start_command(&detection);
                 Some(Heard::Woke(detection))
             }
@@ -271,5 +335,31 @@ mod tests {
         let heard: Vec<Heard> = frames(&audio, 0).filter_map(|f| l.push(&f)).collect();
         assert_eq!(heard.len(), 1, "{heard:?}");
         assert!(matches!(heard[0], Heard::NoSpeech { at } if (15_000..18_000).contains(&at)));
+    }
+
+    #[test]
+    fn proximity_is_the_phrase_over_the_rooms_floor() {
+        let frame = |start: u64, samples: Vec<f32>| Frame { start, samples };
+        let at_level = |tone_amp: f32, noise_amp: f32| {
+            let mut levels = Levels::default();
+            let mut seed = 7;
+            let n = FRAME_SAMPLES as u64;
+            for i in 0..200u64 {
+                let mut samples = noise(FRAME_SAMPLES, noise_amp, &mut seed);
+                if (150..180).contains(&i) {
+                    for (k, s) in samples.iter_mut().enumerate() {
+                        *s += tone_amp * (k as f32 * 0.3).sin();
+                    }
+                }
+                levels.push(&frame(i * n, samples));
+            }
+            levels.proximity(150 * n, 180 * n)
+        };
+        let near = at_level(0.5, 0.01);
+        let far = at_level(0.5 * 10f32.powf(-12.0 / 20.0), 0.01);
+        assert!((near - far - 12.0).abs() < 1.0, "near {near} far {far}");
+        // The same phrase in a noisier room stands out less.
+        let noisy = at_level(0.5, 0.1);
+        assert!(near - noisy > 15.0, "quiet room {near}, noisy room {noisy}");
     }
 }

@@ -261,6 +261,7 @@ impl Running {
             follow_up_ms: config.vad.follow_up_ms,
             confirm_ms: config.vad.confirm_ms,
             ring_ms: config.timers.ring_ms,
+            arbitration_ms: config.wake.arbitration_ms,
         };
         let voice = Voice::start(
             pipeline,
@@ -270,6 +271,7 @@ impl Running {
             notifier,
             word.name().to_string(),
             spoken,
+            spoke.link.clone(),
         )
         .map_err(DaemonError::Thread)?;
         Ok(Running {

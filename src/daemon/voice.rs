@@ -43,10 +43,12 @@ use super::systemd::{Heartbeat, Notifier};
 use crate::agent::{Agent, Session, TurnEvent};
 use crate::audio::cues::Cue;
 use crate::audio::{Capture, CaptureStatus, SAMPLE_RATE};
+use crate::mqtt::protocol::WakeClaim;
 use crate::skills::schedule::Lateness;
 use crate::skills::services::Spoken;
 use crate::stt::Transcriber;
 use crate::tts::Speaker;
+use crate::wake::Detection;
 
 /// Longest a reply may keep playing before the turn stops waiting for it.
 const SPEAKING_LIMIT: Duration = Duration::from_secs(120);
@@ -390,6 +392,8 @@ pub struct VoiceSettings {
     pub confirm_ms: u64,
     /// How long a due timer rings unless stopped.
     pub ring_ms: u64,
+    /// How long to agree with other spokes on who answers a wake word (0: off).
+    pub arbitration_ms: u64,
 }
 
 /// The ear of `run`: asks the conversation task for the next utterance.
@@ -438,6 +442,7 @@ impl Voice {
         notifier: Arc<Notifier>,
         wake_name: String,
         spoken: mpsc::Receiver<Spoken>,
+        link: Option<crate::mqtt::Link>,
     ) -> std::io::Result<Voice> {
         let (stop, stop_rx) = watch::channel(false);
         let (heard_tx, heard_rx) = mpsc::unbounded_channel();
@@ -476,6 +481,10 @@ impl Voice {
             later: VecDeque::new(),
             ringing: None,
             listening: false,
+            arbiter: link
+                .filter(|_| settings.arbitration_ms > 0)
+                .map(|link| Arbiter::new(link, Duration::from_millis(settings.arbitration_ms))),
+            round: None,
         };
         let task = tokio::spawn(conversation.run());
         Ok(Voice {
@@ -566,6 +575,162 @@ struct Conversation {
     ringing: Option<Ringing>,
     /// A command is being listened to (after the wake word, or in a follow-up window).
     listening: bool,
+    /// Agreeing with other spokes on who answers; none when alone or turned off.
+    arbiter: Option<Arbiter>,
+    /// A wake word heard here, waiting for the other spokes' claims.
+    round: Option<Round>,
+}
+
+/// Agreeing with other spokes on which one answers a wake word several heard.
+///
+/// Each spoke that hears it publishes a [`WakeClaim`] and keeps capturing the command
+/// for `wake.arbitration_ms`; then the one with the highest proximity answers (score,
+/// then device id, break ties), and the others drop what they captured. Claims are
+/// timed by when they arrive here, on this clock. One that arrived more than
+/// [`Arbiter::decided_after`] before this spoke's own detection belongs to a round
+/// its spoke has already decided (without knowing of this one): this spoke loses.
+struct Arbiter {
+    link: crate::mqtt::Link,
+    claims: tokio::sync::broadcast::Receiver<(String, WakeClaim, Instant)>,
+    window: Duration,
+    /// Claims of the last few seconds: device, claim, arrival.
+    recent: VecDeque<(String, WakeClaim, Instant)>,
+}
+
+/// How far apart two detections of one utterance can be.
+const ROUND_SPAN: Duration = Duration::from_millis(1_500);
+
+impl Arbiter {
+    fn new(link: crate::mqtt::Link, window: Duration) -> Arbiter {
+        Arbiter {
+            claims: link.wake_claims(),
+            link,
+            window,
+            recent: VecDeque::new(),
+        }
+    }
+
+    /// A claim older than this when a spoke detects the wake word was decided without
+    /// it: the window less the time a claim may take to travel.
+    fn decided_after(&self) -> Duration {
+        self.window - (self.window / 3).min(Duration::from_millis(50))
+    }
+
+    fn heard(&mut self, claim: (String, WakeClaim, Instant)) {
+        let now = Instant::now();
+        while self
+            .recent
+            .front()
+            .is_some_and(|(_, _, at)| now.duration_since(*at) > ROUND_SPAN * 2)
+        {
+            self.recent.pop_front();
+        }
+        if self.recent.len() < 64 {
+            self.recent.push_back(claim);
+        }
+    }
+
+    /// Who answers instead of this spoke, and why; `None`: this spoke does.
+    fn winner(&self, round: &Round) -> Option<(String, Lost)> {
+        winner(
+            self.link.device_id(),
+            &round.claim,
+            round.at,
+            &self.recent,
+            self.decided_after(),
+        )
+    }
+}
+
+/// Why another spoke answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lost {
+    /// It heard the wake word louder over its room.
+    Farther,
+    /// Its round was decided before this spoke heard the wake word.
+    Late,
+}
+
+impl std::fmt::Display for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Lost::Farther => "it heard the wake word louder over its room",
+            Lost::Late => "it heard the wake word first and has answered",
+        })
+    }
+}
+
+/// The round's verdict for spoke `own` that heard the wake word at `at` with `claim`,
+/// given the other spokes' `recent` claims (device, claim, arrival): the best claim of
+/// the round wins (proximity, then score, then the smaller device id), and a claim that
+/// arrived `decided` or more before `at` means its round is over and this spoke lost.
+fn winner(
+    own: &str,
+    claim: &WakeClaim,
+    at: Instant,
+    recent: &VecDeque<(String, WakeClaim, Instant)>,
+    decided: Duration,
+) -> Option<(String, Lost)> {
+    let key = |device: &str, claim: &WakeClaim| {
+        (
+            claim.proximity_db,
+            claim.score,
+            std::cmp::Reverse(device.to_string()),
+        )
+    };
+    let mut best: Option<(&str, &WakeClaim)> = None;
+    for (device, other, arrived) in recent {
+        let before = at.saturating_duration_since(*arrived);
+        let after = arrived.saturating_duration_since(at);
+        if before > ROUND_SPAN || after >= decided {
+            continue;
+        }
+        if before >= decided {
+            return Some((device.clone(), Lost::Late));
+        }
+        if best.is_none_or(|(d, c)| key(device, other) > key(d, c)) {
+            best = Some((device, other));
+        }
+    }
+    match best {
+        Some((device, other)) if key(device, other) > key(own, claim) => {
+            Some((device.to_string(), Lost::Farther))
+        }
+        _ => None,
+    }
+}
+
+/// A wake word heard here while the spokes agree on who answers.
+struct Round {
+    detection: Detection,
+    claim: WakeClaim,
+    /// When it was heard.
+    at: Instant,
+    /// When the window closes.
+    decide_at: Instant,
+    /// What the listener completed meanwhile.
+    held: Vec<(Heard, Instant)>,
+}
+
+/// The next claim from the other spokes; never, without an arbiter.
+async fn next_claim(arbiter: &mut Option<Arbiter>) -> Option<(String, WakeClaim, Instant)> {
+    use tokio::sync::broadcast::error::RecvError;
+    let Some(arbiter) = arbiter else {
+        return std::future::pending().await;
+    };
+    loop {
+        match arbiter.claims.recv().await {
+            Ok(claim) => return Some(claim),
+            Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return std::future::pending().await,
+        }
+    }
+}
+
+async fn sleep_until_some(at: Option<Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at.into()).await;
+    }
 }
 
 /// Due timers ringing until stopped.
@@ -744,6 +909,147 @@ impl Conversation {
         }
     }
 
+    /// What the listener completed: an answer, a stop while ringing, a wake word (maybe
+    /// to agree on with other spokes first), a command, or nothing said.
+    fn on_heard(
+        &mut self,
+        heard: Heard,
+        at: Instant,
+        turn: &mut Option<Turn>,
+        queued: &mut Option<(Command, Instant)>,
+        stop_check: &mut Option<JoinHandle<bool>>,
+    ) {
+        let Some(heard) = self.answer_with(heard) else {
+            return;
+        };
+        if let Some(round) = &mut self.round {
+            // Not ours to act on until the round is decided.
+            round.held.push((heard, at));
+            return;
+        }
+        if self.ringing.is_some() && !self.listening {
+            match heard {
+                Heard::Command(command) => {
+                    let pipeline = self.pipeline.clone();
+                    *stop_check = Some(tokio::spawn(
+                        async move { pipeline.says_stop(command).await },
+                    ));
+                    return;
+                }
+                Heard::NoSpeech { .. } => {
+                    self.listen_while_ringing();
+                    return;
+                }
+                Heard::Woke(_) => self.stop_ringing("wake word"),
+            }
+        }
+        match heard {
+            Heard::Woke(detection) => {
+                if !self.open_round(&detection) {
+                    self.woke(&detection, turn);
+                }
+            }
+            Heard::Command(command) => {
+                self.listening = false;
+                if turn.is_some() {
+                    tracing::info!(
+                        "a command came during a reply: it waits for the reply to finish"
+                    );
+                    *queued = Some((command, at));
+                } else {
+                    *turn = Some(self.spawn_turn(command, at));
+                    self.show("Answering");
+                }
+            }
+            Heard::NoSpeech { .. } => {
+                self.listening = false;
+                tracing::info!("no command followed; waiting for the wake word");
+                self.pipeline.speaker().cue(Cue::Done);
+                let idle = self.idle_status.clone();
+                self.show(&idle);
+                self.deliver(turn.is_some());
+            }
+        }
+    }
+
+    /// This spoke answers the wake word: interrupt what it was doing, listen.
+    fn woke(&mut self, detection: &Detection, turn: &mut Option<Turn>) {
+        self.listening = true;
+        let busy = turn.is_some() || self.pipeline.speaker().busy();
+        tracing::info!(word = %detection.name, score = format!("{:.2}", detection.score), proximity_db = format!("{:.1}", detection.proximity_db), busy, "wake word");
+        if busy && self.settings.interrupt {
+            if let Some(t) = turn.take() {
+                t.task.abort();
+            }
+            self.pipeline.speaker().stop();
+            tracing::info!("interrupted: listening for a new command");
+        }
+        self.pipeline.speaker().cue(Cue::Woke);
+        self.show("Listening to a command");
+    }
+
+    /// With other spokes online, tells them about the wake word and waits for the
+    /// window before acting on it (the command is captured meanwhile). False when this
+    /// spoke answers at once: arbitration is off, nobody else is online, the broker
+    /// is unreachable.
+    fn open_round(&mut self, detection: &Detection) -> bool {
+        let Some(arbiter) = &mut self.arbiter else {
+            return false;
+        };
+        if !arbiter.link.peers_online() {
+            return false;
+        }
+        let claim = WakeClaim {
+            schema: crate::mqtt::protocol::SCHEMA_VERSION,
+            proximity_db: detection.proximity_db,
+            score: detection.score,
+        };
+        if !arbiter.link.claim_wake(&claim) {
+            tracing::warn!("could not tell the other spokes about the wake word; answering here");
+            return false;
+        }
+        let now = Instant::now();
+        self.round = Some(Round {
+            detection: detection.clone(),
+            claim,
+            at: now,
+            decide_at: now + arbiter.window,
+            held: Vec::new(),
+        });
+        true
+    }
+
+    /// The window is over: answer (returning what was heard meanwhile) or, when
+    /// another spoke heard it better, drop it all quietly.
+    fn decide(&mut self, turn: &mut Option<Turn>) -> Vec<(Heard, Instant)> {
+        let (Some(round), Some(arbiter)) = (self.round.take(), &self.arbiter) else {
+            return Vec::new();
+        };
+        match arbiter.winner(&round) {
+            None => {
+                tracing::info!(
+                    proximity_db = format!("{:.1}", round.claim.proximity_db),
+                    "this spoke heard the wake word best: answering"
+                );
+                // Acted on here, not replayed: a replayed wake word would open a round.
+                self.woke(&round.detection, turn);
+                round.held
+            }
+            Some((winner, why)) => {
+                tracing::info!(
+                    %winner,
+                    proximity_db = format!("{:.1}", round.claim.proximity_db),
+                    "another spoke answers: {why}"
+                );
+                // The command was being captured: drop it unless it already ended.
+                if !round.held.iter().any(|(h, _)| !matches!(h, Heard::Woke(_))) {
+                    let _ = self.control.send(Control::Cancel);
+                }
+                Vec::new()
+            }
+        }
+    }
+
     async fn run(mut self) {
         let idle = self.idle_status.clone();
         self.show(&idle);
@@ -753,6 +1059,7 @@ impl Conversation {
         let mut stop_check: Option<JoinHandle<bool>> = None;
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         loop {
+            let round_ends = self.round.as_ref().map(|r| r.decide_at);
             tokio::select! {
                 _ = self.stop.changed() => break,
                 Some(reply) = self.asks.recv() => self.listen_for_answer(reply),
@@ -773,53 +1080,16 @@ impl Conversation {
                 }
                 heard = self.heard.recv() => {
                     let Some((heard, at)) = heard else { break };
-                    let Some(heard) = self.answer_with(heard) else { continue };
-                    if self.ringing.is_some() && !self.listening {
-                        match heard {
-                            Heard::Command(command) => {
-                                let pipeline = self.pipeline.clone();
-                                stop_check = Some(tokio::spawn(async move { pipeline.says_stop(command).await }));
-                                continue;
-                            }
-                            Heard::NoSpeech { .. } => {
-                                self.listen_while_ringing();
-                                continue;
-                            }
-                            Heard::Woke(_) => self.stop_ringing("wake word"),
-                        }
+                    self.on_heard(heard, at, &mut turn, &mut queued, &mut stop_check);
+                }
+                Some(claim) = next_claim(&mut self.arbiter) => {
+                    if let Some(arbiter) = &mut self.arbiter {
+                        arbiter.heard(claim);
                     }
-                    match heard {
-                        Heard::Woke(detection) => {
-                            self.listening = true;
-                            let busy = turn.is_some() || self.pipeline.speaker().busy();
-                            tracing::info!(word = %detection.name, score = format!("{:.2}", detection.score), busy, "wake word");
-                            if busy && self.settings.interrupt {
-                                if let Some(t) = turn.take() {
-                                    t.task.abort();
-                                }
-                                self.pipeline.speaker().stop();
-                                tracing::info!("interrupted: listening for a new command");
-                            }
-                            self.pipeline.speaker().cue(Cue::Woke);
-                            self.show("Listening to a command");
-                        }
-                        Heard::Command(command) => {
-                            self.listening = false;
-                            if turn.is_some() {
-                                tracing::info!("a command came during a reply: it waits for the reply to finish");
-                                queued = Some((command, at));
-                            } else {
-                                turn = Some(self.spawn_turn(command, at));
-                                self.show("Answering");
-                            }
-                        }
-                        Heard::NoSpeech { .. } => {
-                            self.listening = false;
-                            tracing::info!("no command followed; waiting for the wake word");
-                            self.pipeline.speaker().cue(Cue::Done);
-                            self.show(&idle);
-                            self.deliver(turn.is_some());
-                        }
+                }
+                _ = sleep_until_some(round_ends), if round_ends.is_some() => {
+                    for (heard, at) in self.decide(&mut turn) {
+                        self.on_heard(heard, at, &mut turn, &mut queued, &mut stop_check);
                     }
                 }
                 outcome = async { turn.as_mut().map(|t| &mut t.task).expect("guarded").await }, if turn.is_some() => {
@@ -927,5 +1197,60 @@ mod tests {
         assert_eq!(normalize("Stop!"), "stop");
         assert_eq!(normalize("Never mind, please."), "never mind");
         assert_eq!(normalize("Don't stop"), "don't stop");
+    }
+
+    fn claim(proximity_db: f32, score: f32) -> WakeClaim {
+        WakeClaim {
+            schema: 1,
+            proximity_db,
+            score,
+        }
+    }
+
+    #[test]
+    fn the_spoke_that_heard_it_loudest_over_its_room_answers() {
+        let at = Instant::now();
+        let decided = Duration::from_millis(250);
+        let ms = Duration::from_millis;
+        let own = claim(30.0, 0.6);
+        let recent = VecDeque::from([("hall".to_string(), claim(42.0, 0.5), at + ms(40))]);
+        assert_eq!(
+            winner("kitchen", &own, at, &recent, decided),
+            Some(("hall".to_string(), Lost::Farther))
+        );
+        // Louder here: this spoke answers, whatever the other's score.
+        let own = claim(45.0, 0.5);
+        assert_eq!(winner("kitchen", &own, at, &recent, decided), None);
+        // Equal proximity: the score breaks the tie, then the smaller device id.
+        let own = claim(42.0, 0.6);
+        assert_eq!(winner("kitchen", &own, at, &recent, decided), None);
+        let own = claim(42.0, 0.5);
+        assert_eq!(winner("attic", &own, at, &recent, decided), None);
+        assert_eq!(
+            winner("kitchen", &own, at, &recent, decided),
+            Some(("hall".to_string(), Lost::Farther))
+        );
+    }
+
+    #[test]
+    fn a_claim_outside_the_round_does_not_count_and_a_decided_round_wins() {
+        let at = Instant::now() + Duration::from_secs(5);
+        let decided = Duration::from_millis(250);
+        let ms = Duration::from_millis;
+        let own = claim(30.0, 0.6);
+        // Arrived after this spoke's window closed, or from an utterance long before.
+        let outside = VecDeque::from([
+            ("hall".to_string(), claim(50.0, 0.6), at + ms(260)),
+            ("attic".to_string(), claim(50.0, 0.6), at - ms(1_600)),
+        ]);
+        assert_eq!(winner("kitchen", &own, at, &outside, decided), None);
+        // Heard 400 ms before this spoke heard it: that round is over, even though
+        // this spoke heard it louder.
+        let own = claim(60.0, 0.6);
+        let early = VecDeque::from([("hall".to_string(), claim(20.0, 0.5), at - ms(400))]);
+        assert_eq!(
+            winner("kitchen", &own, at, &early, decided),
+            Some(("hall".to_string(), Lost::Late))
+        );
     }
 }

@@ -17,7 +17,7 @@ use rumqttc::v5::mqttbytes::v5::{Filter, LastWill, Packet, Publish, PublishPrope
 use rumqttc::v5::{AsyncClient, Event, EventLoop, MqttOptions};
 use rumqttc::{Outgoing, TlsConfiguration, Transport};
 use serde_json::Value;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::device::Confirm;
 use crate::skills::deadline;
@@ -25,7 +25,7 @@ use crate::skills::watch::LiveRegistry;
 
 use super::peers::{Peers, RegistrationError};
 use super::protocol::{
-    CallRequest, CallResponse, OFFLINE, ONLINE, Registration, TopicKind, valid_device_id,
+    CallRequest, CallResponse, OFFLINE, ONLINE, Registration, TopicKind, WakeClaim, valid_device_id,
 };
 use super::server::Server;
 use super::settings::LinkSettings;
@@ -86,7 +86,12 @@ struct Shared {
     ready: watch::Sender<bool>,
     peers: watch::Sender<Arc<Peers>>,
     commands: mpsc::Sender<Command>,
+    /// Other spokes' wake claims as they arrive: who, what, when (on this clock).
+    wake: broadcast::Sender<(String, WakeClaim, Instant)>,
 }
+
+/// Wake claims kept for a slow listener; a round needs a handful.
+const WAKE_QUEUE: usize = 16;
 
 /// The handle to the MQTT link. Cheap to clone; the connection itself lives in one
 /// task started by [`Link::start`].
@@ -163,6 +168,7 @@ impl Link {
             ready,
             peers: peers_tx,
             commands,
+            wake: broadcast::channel(WAKE_QUEUE).0,
         });
         let state = Task {
             shared: shared.clone(),
@@ -201,6 +207,35 @@ impl Link {
         tokio::time::timeout(timeout, rx.wait_for(|ready| *ready))
             .await
             .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Whether another spoke is online now (a wake word heard here may have been heard
+    /// there too).
+    pub fn peers_online(&self) -> bool {
+        self.is_ready() && self.with_peers(|peers| peers.all().any(|p| p.online))
+    }
+
+    /// Tells the other spokes this one heard the wake word (not retained: it is about
+    /// this moment only). False when it could not be sent.
+    pub fn claim_wake(&self, claim: &WakeClaim) -> bool {
+        let settings = &self.shared.settings;
+        let Ok(payload) = serde_json::to_vec(claim) else {
+            return false;
+        };
+        self.shared
+            .client
+            .try_publish(
+                settings.topics.wake(&settings.device_id),
+                QoS::AtMostOnce,
+                false,
+                payload,
+            )
+            .is_ok()
+    }
+
+    /// Other spokes' wake claims from now on, each with when it arrived.
+    pub fn wake_claims(&self) -> broadcast::Receiver<(String, WakeClaim, Instant)> {
+        self.shared.wake.subscribe()
     }
 
     /// The registry of other spokes as it is now: a snapshot, never changed, that can
@@ -593,6 +628,7 @@ impl Task {
         };
         let mut filters = vec![own(topics.all_status()), own(topics.all_skills())];
         if self.shared.is_spoke {
+            filters.push(own(topics.all_wake()));
             filters.push(Filter::new(
                 topics.rpc(&self.shared.settings.device_id),
                 QoS::AtLeastOnce,
@@ -712,6 +748,14 @@ impl Task {
                 }
             }
             Some(TopicKind::Replies(id)) if id == self.client_id => self.reply(&publish),
+            Some(TopicKind::Wake(id)) if id != own && valid_device_id(id) => {
+                if let Some(claim) = WakeClaim::parse(&publish.payload) {
+                    let _ = self
+                        .shared
+                        .wake
+                        .send((id.to_string(), claim, Instant::now()));
+                }
+            }
             _ => {}
         }
     }

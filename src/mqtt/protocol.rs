@@ -55,6 +55,8 @@ pub enum TopicKind<'a> {
     Rpc(&'a str),
     /// `{p}/devices/{id}/replies`.
     Replies(&'a str),
+    /// `{p}/devices/{id}/wake`.
+    Wake(&'a str),
 }
 
 impl Topics {
@@ -90,6 +92,16 @@ impl Topics {
         format!("{}/devices/{id}/replies", self.prefix)
     }
 
+    /// `{p}/devices/{id}/wake`: that device's [`WakeClaim`]s.
+    pub fn wake(&self, id: &str) -> String {
+        format!("{}/devices/{id}/wake", self.prefix)
+    }
+
+    /// Every device's wake claims (a subscription filter).
+    pub fn all_wake(&self) -> String {
+        format!("{}/devices/+/wake", self.prefix)
+    }
+
     /// Every device's status (a subscription filter).
     pub fn all_status(&self) -> String {
         format!("{}/devices/+/status", self.prefix)
@@ -114,6 +126,7 @@ impl Topics {
             "skills" => TopicKind::Skills(id),
             "rpc" => TopicKind::Rpc(id),
             "replies" => TopicKind::Replies(id),
+            "wake" => TopicKind::Wake(id),
             _ => return None,
         })
     }
@@ -127,8 +140,43 @@ impl Topics {
             && !topic.contains(['+', '#', '\0'])
             && !matches!(
                 self.parse(topic),
-                Some(TopicKind::Status(_) | TopicKind::Skills(_) | TopicKind::Rpc(_))
+                Some(
+                    TopicKind::Status(_)
+                        | TopicKind::Skills(_)
+                        | TopicKind::Rpc(_)
+                        | TopicKind::Wake(_)
+                )
             )
+    }
+}
+
+/// Largest wake claim read; a claim is a few dozen bytes.
+pub const MAX_WAKE_CLAIM_BYTES: usize = 1024;
+
+/// "I heard the wake word, this well": published (not retained) on
+/// `{p}/devices/{id}/wake` the moment a spoke detects it, so spokes that heard the same
+/// utterance can agree on one to answer (see `daemon::voice`). When it was heard is
+/// when it arrives: spokes compare receive times on their own clocks, never each
+/// other's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WakeClaim {
+    /// [`SCHEMA_VERSION`] of the publisher.
+    pub schema: u32,
+    /// How far the wake phrase was above the spoke's own noise floor, in dB: the
+    /// nearest spoke hears it loudest over its room. Decides.
+    pub proximity_db: f32,
+    /// The wake word detector's score (0-1). Breaks ties.
+    pub score: f32,
+}
+
+impl WakeClaim {
+    /// Reads a claim; `None` for anything too large or malformed.
+    pub fn parse(payload: &[u8]) -> Option<WakeClaim> {
+        if payload.len() > MAX_WAKE_CLAIM_BYTES {
+            return None;
+        }
+        let claim: WakeClaim = serde_json::from_slice(payload).ok()?;
+        (claim.proximity_db.is_finite() && claim.score.is_finite()).then_some(claim)
     }
 }
 
@@ -443,5 +491,30 @@ mod tests {
             serde_json::to_string(&r).unwrap(),
             r#"{"ok":true,"result":3}"#
         );
+    }
+
+    #[test]
+    fn wake_claims_are_read_within_their_bounds() {
+        let claim = WakeClaim::parse(br#"{"schema":1,"proximity_db":31.5,"score":0.6}"#);
+        assert_eq!(
+            claim,
+            Some(WakeClaim {
+                schema: 1,
+                proximity_db: 31.5,
+                score: 0.6
+            })
+        );
+        // A later schema's extra fields are ignored; missing ones are not guessed.
+        assert!(
+            WakeClaim::parse(br#"{"schema":2,"proximity_db":1,"score":0.5,"x":[1]}"#).is_some()
+        );
+        assert!(WakeClaim::parse(br#"{"schema":1,"score":0.5}"#).is_none());
+        assert!(WakeClaim::parse(br#"{"schema":1,"proximity_db":1e999,"score":0.5}"#).is_none());
+        let mut big = br#"{"schema":1,"proximity_db":1,"score":0.5,"pad":""#.to_vec();
+        big.extend(std::iter::repeat_n(b'x', MAX_WAKE_CLAIM_BYTES));
+        big.extend(br#""}"#);
+        assert!(WakeClaim::parse(&big).is_none());
+        assert!(Topics::new("p").parse("p/devices/tv/wake") == Some(TopicKind::Wake("tv")));
+        assert!(!Topics::new("p").valid_response_topic("p/devices/tv/wake"));
     }
 }

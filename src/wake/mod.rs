@@ -450,6 +450,9 @@ pub struct Detection {
     pub fired_at: u64,
     /// Frames that scored over the threshold.
     pub frames: usize,
+    /// How far the phrase was above this device's noise floor, in dB (0 until the
+    /// listener, which hears the room, measures it).
+    pub proximity_db: f32,
 }
 
 impl Detection {
@@ -624,6 +627,7 @@ impl Detector {
                 end,
                 fired_at: now,
                 frames: d.counter,
+                proximity_db: 0.0,
             });
         }
         match self.rustpotter.get_partial_detection() {
