@@ -39,7 +39,7 @@ use crate::tts::{Speaker, Synth, TtsError};
 use crate::wake::{Detector, WakeError};
 use listener::Listener;
 use systemd::Notifier;
-use voice::{Pipeline, Voice, VoiceSettings};
+use voice::{Ears, Pipeline, Voice, VoiceSettings};
 
 /// `run` gives its parts this long to stop on SIGTERM (systemd's patience is longer,
 /// but a voice assistant that lingers is one that cannot be restarted quickly).
@@ -263,13 +263,16 @@ impl Running {
             ring_ms: config.timers.ring_ms,
             arbitration_ms: config.wake.arbitration_ms,
         };
-        let voice = Voice::start(
-            pipeline,
+        let ears = Ears {
             capture,
             listener,
+            wake_name: word.name().to_string(),
+        };
+        let voice = Voice::start(
+            pipeline,
+            ears,
             settings,
             notifier,
-            word.name().to_string(),
             spoken,
             spoke.link.clone(),
         )

@@ -432,18 +432,29 @@ fn capture_note(status: &CaptureStatus) -> Option<String> {
     }
 }
 
+/// What the loop hears with: the microphone, the listener that finds the wake word and
+/// the command in it, and the wake word's name (for the status line).
+pub struct Ears {
+    pub capture: Capture,
+    pub listener: Listener,
+    pub wake_name: String,
+}
+
 impl Voice {
     /// Starts the audio thread and the conversation task (on the current runtime).
     pub fn start(
         pipeline: Arc<Pipeline>,
-        capture: Capture,
-        listener: Listener,
+        ears: Ears,
         settings: VoiceSettings,
         notifier: Arc<Notifier>,
-        wake_name: String,
         spoken: mpsc::Receiver<Spoken>,
         link: Option<crate::mqtt::Link>,
     ) -> std::io::Result<Voice> {
+        let Ears {
+            capture,
+            listener,
+            wake_name,
+        } = ears;
         let (stop, stop_rx) = watch::channel(false);
         let (heard_tx, heard_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = std::sync::mpsc::channel();
