@@ -449,8 +449,11 @@ impl AudioConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct VadConfig {
-    /// Silence after speech that ends the command.
+    /// Silence after speech that ends the command, once its words sound finished.
     pub hangover_ms: u64,
+    /// Silence that ends a command whose words sound unfinished ("set a timer for");
+    /// 0: off, silence alone decides.
+    pub mid_sentence_ms: u64,
     /// The longest command; it is cut here.
     pub max_utterance_ms: u64,
     /// How long to wait for speech after the wake word.
@@ -470,6 +473,7 @@ impl Default for VadConfig {
         let vad = crate::vad::VadSettings::default();
         VadConfig {
             hangover_ms: vad.hangover_ms,
+            mid_sentence_ms: 1_200,
             max_utterance_ms: vad.max_utterance_ms,
             no_speech_timeout_ms: vad.no_speech_timeout_ms,
             threshold_db: vad.threshold_db,
@@ -484,6 +488,7 @@ impl VadConfig {
     pub fn settings(&self) -> crate::vad::VadSettings {
         crate::vad::VadSettings {
             hangover_ms: self.hangover_ms,
+            mid_sentence_ms: self.mid_sentence_ms,
             max_utterance_ms: self.max_utterance_ms,
             no_speech_timeout_ms: self.no_speech_timeout_ms,
             threshold_db: self.threshold_db,
@@ -1007,6 +1012,7 @@ impl Config {
                 60_000,
             ),
             ("vad.hangover_ms", vad.hangover_ms, 100, 5_000),
+            ("vad.mid_sentence_ms", vad.mid_sentence_ms, 0, 5_000),
             ("vad.follow_up_ms", vad.follow_up_ms, 0, 60_000),
             ("vad.confirm_ms", vad.confirm_ms, 500, 60_000),
             ("timers.ring_ms", self.timers.ring_ms, 1_000, 3_600_000),
@@ -1062,6 +1068,15 @@ impl Config {
                 format!(
                     "{} must be shorter than vad.max_utterance_ms ({})",
                     vad.hangover_ms, vad.max_utterance_ms
+                ),
+            ));
+        }
+        if vad.mid_sentence_ms != 0 && vad.mid_sentence_ms < vad.hangover_ms {
+            return Err(invalid(
+                "vad.mid_sentence_ms",
+                format!(
+                    "{} is shorter than vad.hangover_ms ({}): a pause mid-sentence must be allowed at least as long as one after a finished command (or 0 to turn it off)",
+                    vad.mid_sentence_ms, vad.hangover_ms
                 ),
             ));
         }

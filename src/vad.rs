@@ -15,6 +15,14 @@
 //! An utterance ends in one of three ways ([`Endpoint`]): speech followed by
 //! `hangover_ms` of non-speech; nothing that sounds like speech within
 //! `no_speech_timeout_ms`; or `max_utterance_ms` reached.
+//!
+//! Silence alone cannot tell a finished command from a speaker who pauses mid-sentence
+//! ("set a timer for ... ten minutes"): a short hangover cuts them off, a long one
+//! makes every answer late. With `mid_sentence_ms` set, the endpointer asks instead:
+//! after [`SPECULATE_MS`] of silence it reports a pause ([`Endpointer::take_pause`]),
+//! someone who can read the words so far (the voice loop transcribes them) says
+//! whether they sound finished ([`Endpointer::finish`]), and only then does
+//! `hangover_ms` end the utterance; unconfirmed, it ends after `mid_sentence_ms`.
 
 use crate::audio::{FRAME_SAMPLES, ms_to_samples};
 
@@ -42,11 +50,20 @@ const FLOOR_WINDOW_FRAMES: usize = 100;
 /// it (hysteresis keeps quiet word endings inside the utterance).
 const CONTINUE_EASIER_DB: f64 = 3.0;
 
+/// Silence after which a pause is reported for a look at the words so far: long
+/// enough to pass the gaps inside and between most words, short enough that their
+/// transcript is ready by the end of `hangover_ms`.
+pub const SPECULATE_MS: u64 = 120;
+
 /// What the detector needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VadSettings {
-    /// Non-speech after speech that ends the utterance.
+    /// Non-speech after speech that ends the utterance (once it sounds finished, when
+    /// `mid_sentence_ms` is set).
     pub hangover_ms: u64,
+    /// Non-speech that ends an utterance nobody confirmed as finished; 0: off, every
+    /// utterance ends after `hangover_ms`.
+    pub mid_sentence_ms: u64,
     /// The longest utterance; it is cut here.
     pub max_utterance_ms: u64,
     /// How long to wait for speech to start.
@@ -60,6 +77,7 @@ impl Default for VadSettings {
     fn default() -> Self {
         VadSettings {
             hangover_ms: 350,
+            mid_sentence_ms: 0,
             max_utterance_ms: 15_000,
             no_speech_timeout_ms: 5_000,
             threshold_db: 9.0,
@@ -147,7 +165,15 @@ impl Detector {
 #[derive(Debug, Clone)]
 pub struct Endpointer {
     detector: Detector,
+    /// Silence that ends a finished utterance.
     hangover: u64,
+    /// Silence that ends any utterance (`hangover` when nobody judges).
+    mid_sentence: u64,
+    /// Silence after which a pause is reported.
+    speculate: u64,
+    /// The speech end last reported as a pause, and the one confirmed as finished.
+    paused_end: Option<u64>,
+    finished_end: Option<u64>,
     max_len: u64,
     no_speech: u64,
     /// Samples not yet making a whole frame.
@@ -168,6 +194,10 @@ impl Endpointer {
         Endpointer {
             detector: Detector::new(settings.threshold_db),
             hangover: samples(settings.hangover_ms),
+            mid_sentence: samples(settings.mid_sentence_ms.max(settings.hangover_ms)),
+            speculate: samples(SPECULATE_MS.min(settings.hangover_ms)),
+            paused_end: None,
+            finished_end: None,
             max_len: samples(settings.max_utterance_ms),
             no_speech: samples(settings.no_speech_timeout_ms),
             partial: Vec::with_capacity(FRAME_SAMPLES),
@@ -202,6 +232,41 @@ impl Endpointer {
         self.start.is_some()
     }
 
+    /// Speech start and end when the speaker has paused long enough for a look at the
+    /// words so far, once per pause; never when nobody judges (`mid_sentence_ms` 0).
+    pub fn take_pause(&mut self) -> Option<(u64, u64)> {
+        let start = self.start?;
+        let silence = self.position - self.last_speech_end;
+        if self.done.is_some()
+            || self.mid_sentence == self.hangover
+            || silence < self.speculate
+            || self.paused_end == Some(self.last_speech_end)
+        {
+            return None;
+        }
+        self.paused_end = Some(self.last_speech_end);
+        Some((start, self.last_speech_end))
+    }
+
+    /// The words up to `end` (from [`take_pause`](Self::take_pause)) sound finished:
+    /// the utterance ends once `hangover_ms` of silence follows them, now if it
+    /// already has. Ignored when speech came after `end`. Returns the endpoint once
+    /// decided.
+    pub fn finish(&mut self, end: u64) -> Option<Endpoint> {
+        self.finished_end = Some(end);
+        if let (None, Some(start)) = (&self.done, self.start)
+            && self.last_speech_end == end
+            && self.position - end >= self.hangover
+        {
+            self.done = Some(Endpoint::Speech {
+                start,
+                end,
+                detected_at: self.position,
+            });
+        }
+        self.done.clone()
+    }
+
     fn frame(&mut self, frame: &[f32]) {
         self.position += frame.len() as u64;
         let speech = self.detector.is_speech(frame, self.start.is_some());
@@ -223,9 +288,11 @@ impl Endpointer {
                 }
             }
             Some(start) => {
+                let silence = self.position - self.last_speech_end;
+                let finished = self.finished_end == Some(self.last_speech_end);
                 if speech {
                     self.last_speech_end = self.position;
-                } else if self.position - self.last_speech_end >= self.hangover {
+                } else if silence >= self.mid_sentence || (finished && silence >= self.hangover) {
                     self.done = Some(Endpoint::Speech {
                         start,
                         end: self.last_speech_end,
@@ -315,5 +382,103 @@ mod tests {
         let mut e = Endpointer::new(&settings());
         assert_eq!(e.push(&audio), None);
         assert!(!e.speech_started());
+    }
+
+    /// Pushes `audio` frame by frame, collecting pauses; the endpoint and the pauses.
+    fn run_judged(
+        e: &mut Endpointer,
+        audio: &[f32],
+        mut judge: impl FnMut(&mut Endpointer, u64) -> Option<Endpoint>,
+    ) -> (Option<Endpoint>, Vec<u64>) {
+        let mut pauses = Vec::new();
+        for frame in audio.chunks(FRAME_SAMPLES) {
+            if let Some(done) = e.push(frame) {
+                return (Some(done), pauses);
+            }
+            if let Some((_, end)) = e.take_pause() {
+                pauses.push(end);
+                if let Some(done) = judge(e, end) {
+                    return (Some(done), pauses);
+                }
+            }
+        }
+        (None, pauses)
+    }
+
+    #[test]
+    fn a_pause_mid_sentence_waits_for_the_words_to_sound_finished() {
+        let s = VadSettings {
+            mid_sentence_ms: 1_200,
+            ..settings()
+        };
+        // Speech, a 600 ms pause, more speech, silence.
+        let mut audio = vec![0.0; 8000];
+        audio.extend(tone(1.0, 0.3));
+        audio.extend(vec![0.0; 9600]);
+        audio.extend(tone(0.5, 0.3));
+        audio.extend(vec![0.0; 32_000]);
+        let second_end = 8000 + 16_000 + 9600 + 8000;
+
+        // Nobody says it sounds finished: one utterance, ended by `mid_sentence_ms`.
+        let mut e = Endpointer::new(&s);
+        let (done, pauses) = run_judged(&mut e, &audio, |_, _| None);
+        let Some(Endpoint::Speech {
+            end, detected_at, ..
+        }) = done
+        else {
+            panic!("{done:?}");
+        };
+        assert!(end.abs_diff(second_end) <= 640, "{end}");
+        assert!(detected_at - end >= ms_to_samples(1_200) as u64);
+        assert_eq!(pauses.len(), 2, "{pauses:?}");
+
+        // The first part sounds unfinished, the whole sounds finished: it ends
+        // `hangover_ms` after the second part.
+        let mut e = Endpointer::new(&s);
+        let (done, pauses) = run_judged(&mut e, &audio, |e, end| {
+            (end > 30_000).then(|| e.finish(end)).flatten()
+        });
+        let Some(Endpoint::Speech {
+            end, detected_at, ..
+        }) = done.or_else(|| e.push(&[]))
+        else {
+            panic!("{pauses:?}");
+        };
+        assert!(end.abs_diff(second_end) <= 640, "{end}");
+        let waited = detected_at - end;
+        assert!(
+            (ms_to_samples(350) as u64..ms_to_samples(400) as u64).contains(&waited),
+            "{waited}"
+        );
+
+        // A yes that comes after the speaker went on is about words that were not the
+        // end: ignored.
+        let mut e = Endpointer::new(&s);
+        let mut first = None;
+        let (done, _) = run_judged(&mut e, &audio, |_, end| {
+            first.get_or_insert(end);
+            None
+        });
+        assert!(done.is_some());
+        let mut e = Endpointer::new(&s);
+        let split = 8000 + 16_000 + 9600 + 1600;
+        assert!(e.push(&audio[..split]).is_none());
+        assert!(
+            e.take_pause().is_none(),
+            "the first pause was not taken yet"
+        );
+        assert_eq!(e.finish(first.unwrap()), None);
+        assert_eq!(e.push(&audio[split..split + 16_000]), None);
+    }
+
+    #[test]
+    fn without_mid_sentence_nobody_is_asked() {
+        let mut audio = vec![0.0; 8000];
+        audio.extend(tone(1.0, 0.3));
+        audio.extend(vec![0.0; 16_000]);
+        let mut e = Endpointer::new(&settings());
+        let (done, pauses) = run_judged(&mut e, &audio, |_, _| None);
+        assert!(matches!(done, Some(Endpoint::Speech { .. })), "{done:?}");
+        assert!(pauses.is_empty());
     }
 }

@@ -19,8 +19,9 @@ use crate::audio::playback::{Output, Player, WavSink};
 use crate::audio::wav::{frames, read_wav_16k};
 use crate::audio::{SAMPLE_RATE, ms_to_samples};
 use crate::config::Config;
-use crate::daemon::listener::{Command, Heard, Listener};
-use crate::daemon::voice::{Ear, Pipeline, Step};
+use crate::daemon::listener::{Command, Guess, Heard, Listener};
+use crate::daemon::turn_end::sounds_finished;
+use crate::daemon::voice::{Ear, Pipeline, Step, clean_transcript};
 use crate::hub::HubClient;
 use crate::sandbox::Sandbox;
 use crate::stt::Transcriber;
@@ -36,14 +37,48 @@ fn secs(at: u64) -> f64 {
 struct Recording {
     listener: Listener,
     frames: std::vec::IntoIter<Frame>,
+    /// For the words so far when the speaker pauses (judged at once: a recording
+    /// waits for nobody).
+    transcriber: Arc<Transcriber>,
+    guess: Guess,
 }
 
 impl Recording {
     /// What the listener hears next, `None` at the end of the recording.
     fn next(&mut self) -> Option<Heard> {
-        self.frames
-            .by_ref()
-            .find_map(|frame| self.listener.push(&frame))
+        while let Some(frame) = self.frames.next() {
+            if let Some(heard) = self.listener.push(&frame) {
+                return Some(self.guess.attach(heard));
+            }
+            let Some(paused) = self.listener.take_pause() else {
+                continue;
+            };
+            let end = paused.end;
+            match self.transcriber.transcribe(&paused.samples) {
+                Ok(transcript) => {
+                    let text = clean_transcript(&transcript.text);
+                    let finished = sounds_finished(&text);
+                    say(format!(
+                        "{:7.2} s  paused: {text:?} sounds {}",
+                        secs(self.listener.position()),
+                        if finished {
+                            "finished"
+                        } else {
+                            "unfinished, waiting for more"
+                        }
+                    ));
+                    self.guess.keep(end, transcript);
+                    if finished && let Some(heard) = self.listener.finish(end) {
+                        return Some(self.guess.attach(heard));
+                    }
+                }
+                Err(error) => say(format!(
+                    "{:7.2} s  speech to text failed on a pause: {error}",
+                    secs(self.listener.position())
+                )),
+            }
+        }
+        None
     }
 }
 
@@ -91,10 +126,10 @@ pub fn listen(config: &Config, file: &Path, out: Option<&Path>, no_wake: bool) -
     // The end of speech needs silence after it; a recording may stop right at the word.
     samples.extend(std::iter::repeat_n(
         0.0,
-        ms_to_samples(config.vad.hangover_ms + 1_000),
+        ms_to_samples(config.vad.hangover_ms.max(config.vad.mid_sentence_ms) + 1_000),
     ));
     let loaded = Instant::now();
-    let transcriber = Transcriber::load(&config.stt.settings())?;
+    let transcriber = Arc::new(Transcriber::load(&config.stt.settings())?);
     let word = config.wake.word()?;
     let detector = Detector::with_word(&config.wake.settings(), &word)?;
     let synth = Synth::new(&config.tts.settings())?;
@@ -116,7 +151,7 @@ pub fn listen(config: &Config, file: &Path, out: Option<&Path>, no_wake: bool) -
         agent = agent.with_link(link.clone());
     }
     let pipeline = Pipeline::new(
-        Arc::new(transcriber),
+        transcriber.clone(),
         agent,
         speaker,
         &config.wake.stop_phrases,
@@ -128,6 +163,8 @@ pub fn listen(config: &Config, file: &Path, out: Option<&Path>, no_wake: bool) -
     let recording = Arc::new(Mutex::new(Recording {
         listener,
         frames: frames(&samples, 0).collect::<Vec<_>>().into_iter(),
+        transcriber,
+        guess: Guess::default(),
     }));
     pipeline.set_ear(Arc::new(RecordingEar {
         recording: recording.clone(),

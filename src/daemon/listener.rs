@@ -14,6 +14,7 @@
 use std::collections::VecDeque;
 
 use crate::audio::{FRAME_SAMPLES, Frame, PreRoll, ms_to_samples};
+use crate::stt::Transcript;
 use crate::vad::{Endpoint, Endpointer, VadSettings};
 use crate::wake::{Detection, Detector};
 
@@ -109,6 +110,35 @@ pub struct Command {
     pub decided_at: u64,
     /// Cut at the maximum utterance length rather than ended by silence.
     pub cut: bool,
+    /// Its transcript, when it was made while the speaker paused.
+    pub transcript: Option<Transcript>,
+}
+
+/// The transcript made of a command while its speaker paused, kept for the command it
+/// turns out to be: when the command ends where the pause began, that transcript is
+/// its transcript, and whisper need not run again.
+#[derive(Debug, Default)]
+pub struct Guess(Option<(u64, Transcript)>);
+
+impl Guess {
+    /// Keeps the transcript of the paused command that ended at `end`.
+    pub fn keep(&mut self, end: u64, transcript: Transcript) {
+        self.0 = Some((end, transcript));
+    }
+
+    /// `heard` with the kept transcript, if it is this command's.
+    pub fn attach(&mut self, heard: Heard) -> Heard {
+        match heard {
+            Heard::Command(mut command) => {
+                if let Some((_, transcript)) = self.0.take().filter(|(end, _)| *end == command.end)
+                {
+                    command.transcript = Some(transcript);
+                }
+                Heard::Command(command)
+            }
+            other => other,
+        }
+    }
 }
 
 enum State {
@@ -213,9 +243,44 @@ impl Listener {
                 let endpoint = endpointer.push(&frame.samples)?;
                 let (offset, audio) = (*offset, std::mem::take(audio));
                 self.cancel();
-                Some(finish(endpoint, offset, audio))
+                Some(finish(endpoint, offset, &audio))
             }
         }
+    }
+
+    /// The command so far when its speaker has just paused long enough for a look at
+    /// the words (once per pause; only with `vad.mid_sentence_ms`): whoever can
+    /// transcribe it calls [`finish`](Self::finish) when they sound finished.
+    pub fn take_pause(&mut self) -> Option<Command> {
+        let State::Command {
+            endpointer,
+            offset,
+            audio,
+        } = &mut self.state
+        else {
+            return None;
+        };
+        let (start, end) = endpointer.take_pause()?;
+        Some(cut(audio, *offset, start, end, audio.len() as u64, false))
+    }
+
+    /// The command paused at stream position `end` ([`take_pause`](Self::take_pause)) sounds
+    /// finished: it ends once `vad.hangover_ms` of silence follows `end`, returned
+    /// here if that has passed already. Ignored when the speaker went on, or the
+    /// command is over.
+    pub fn finish(&mut self, end: u64) -> Option<Heard> {
+        let State::Command {
+            endpointer,
+            offset,
+            audio,
+        } = &mut self.state
+        else {
+            return None;
+        };
+        let endpoint = endpointer.finish(end.checked_sub(*offset)?)?;
+        let (offset, audio) = (*offset, std::mem::take(audio));
+        self.cancel();
+        Some(finish(endpoint, offset, &audio))
     }
 
     /// The command starts where the wake word ended; what came since is in the pre-roll.
@@ -241,37 +306,41 @@ impl Listener {
 }
 
 /// Turns an endpoint into what was heard, with the speech cut out of `audio`.
-fn finish(endpoint: Endpoint, offset: u64, audio: Vec<f32>) -> Heard {
-    let margin = ms_to_samples(MARGIN_MS);
-    let cut = |start: u64, end: u64, decided_at: u64, cut: bool| {
-        let from = usize::try_from(start)
-            .unwrap_or(usize::MAX)
-            .saturating_sub(margin);
-        let to = usize::try_from(end)
-            .unwrap_or(usize::MAX)
-            .saturating_add(margin)
-            .min(audio.len());
-        Heard::Command(Command {
-            samples: audio[from.min(to)..to].to_vec(),
-            start: offset + start,
-            end: offset + end,
-            decided_at: offset + decided_at,
-            cut,
-        })
-    };
+fn finish(endpoint: Endpoint, offset: u64, audio: &[f32]) -> Heard {
     match endpoint {
         Endpoint::Speech {
             start,
             end,
             detected_at,
-        } => cut(start, end, detected_at, false),
+        } => Heard::Command(cut(audio, offset, start, end, detected_at, false)),
         Endpoint::MaxLength {
             start: Some(start),
             at,
-        } => cut(start, at, at, true),
+        } => Heard::Command(cut(audio, offset, start, at, at, true)),
         Endpoint::MaxLength { start: None, at } | Endpoint::NoSpeech { at } => {
             Heard::NoSpeech { at: offset + at }
         }
+    }
+}
+
+/// The command spoken from `start` to `end` in `audio` (positions relative to it,
+/// which begins at stream position `offset`), with a margin on each side.
+fn cut(audio: &[f32], offset: u64, start: u64, end: u64, decided_at: u64, cut: bool) -> Command {
+    let margin = ms_to_samples(MARGIN_MS);
+    let from = usize::try_from(start)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(margin);
+    let to = usize::try_from(end)
+        .unwrap_or(usize::MAX)
+        .saturating_add(margin)
+        .min(audio.len());
+    Command {
+        samples: audio[from.min(to)..to].to_vec(),
+        start: offset + start,
+        end: offset + end,
+        decided_at: offset + decided_at,
+        cut,
+        transcript: None,
     }
 }
 

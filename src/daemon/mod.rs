@@ -15,6 +15,7 @@
 pub mod answer;
 pub mod listener;
 pub mod systemd;
+pub mod turn_end;
 pub mod voice;
 
 use std::path::PathBuf;

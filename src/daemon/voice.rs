@@ -38,15 +38,16 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::answer::{self, Answer};
-use super::listener::{Command, Heard, Listener};
+use super::listener::{Command, Guess, Heard, Listener};
 use super::systemd::{Heartbeat, Notifier};
+use super::turn_end;
 use crate::agent::{Agent, Session, TurnEvent};
 use crate::audio::cues::Cue;
 use crate::audio::{Capture, CaptureStatus, SAMPLE_RATE};
 use crate::mqtt::protocol::WakeClaim;
 use crate::skills::schedule::Lateness;
 use crate::skills::services::Spoken;
-use crate::stt::Transcriber;
+use crate::stt::{Transcriber, Transcript};
 use crate::tts::Speaker;
 use crate::wake::Detection;
 
@@ -162,13 +163,9 @@ impl Pipeline {
         // The hangover passed in audio time before `heard_at` (counted for the latency
         // figure); the audio itself moves to the transcription thread.
         let hangover = (command.decided_at - command.end) as f64 / f64::from(SAMPLE_RATE);
-        let samples = command.samples;
-        let stt = self.transcriber.clone();
-        let transcript = tokio::task::spawn_blocking(move || stt.transcribe(&samples)).await;
-        let transcript = match transcript {
-            Ok(Ok(transcript)) => transcript,
-            Ok(Err(error)) => return self.failed(&error.to_string(), report),
-            Err(error) => return self.failed(&format!("speech to text stopped: {error}"), report),
+        let transcript = match self.transcript(command).await {
+            Ok(transcript) => transcript,
+            Err(error) => return self.failed(&error, report),
         };
         let text = clean_transcript(&transcript.text);
         report(Step::Transcribed {
@@ -200,6 +197,19 @@ impl Pipeline {
         Outcome {
             ok,
             asked: last.is_some_and(|s| s.trim_end().ends_with('?')),
+        }
+    }
+
+    /// What `command` says: the transcript made while its speaker paused, or a new one.
+    async fn transcript(&self, command: Command) -> Result<Transcript, String> {
+        if let Some(transcript) = command.transcript {
+            return Ok(transcript);
+        }
+        let stt = self.transcriber.clone();
+        match tokio::task::spawn_blocking(move || stt.transcribe(&command.samples)).await {
+            Ok(Ok(transcript)) => Ok(transcript),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(error) => Err(format!("speech to text stopped: {error}")),
         }
     }
 
@@ -286,20 +296,13 @@ impl Pipeline {
         let _ = tokio::task::spawn_blocking(move || speaker.wait_done(SPEAKING_LIMIT)).await;
         let heard = ear.next_utterance().await.ok().flatten();
         let text = match heard {
-            Some(command) => {
-                let stt = self.transcriber.clone();
-                match tokio::task::spawn_blocking(move || stt.transcribe(&command.samples)).await {
-                    Ok(Ok(transcript)) => clean_transcript(&transcript.text),
-                    Ok(Err(error)) => {
-                        tracing::error!("speech to text failed on the answer: {error}");
-                        String::new()
-                    }
-                    Err(error) => {
-                        tracing::error!("speech to text stopped on the answer: {error}");
-                        String::new()
-                    }
+            Some(command) => match self.transcript(command).await {
+                Ok(transcript) => clean_transcript(&transcript.text),
+                Err(error) => {
+                    tracing::error!("speech to text failed on the answer: {error}");
+                    String::new()
                 }
-            }
+            },
             None => String::new(),
         };
         let answer = answer::judge(&text);
@@ -313,11 +316,9 @@ impl Pipeline {
     /// Whether `command` says a stop phrase (alone or among other words, such as the
     /// wake word said in the same breath): what ends a ringing timer.
     pub async fn says_stop(&self, command: Command) -> bool {
-        let stt = self.transcriber.clone();
-        let text = match tokio::task::spawn_blocking(move || stt.transcribe(&command.samples)).await
-        {
-            Ok(Ok(transcript)) => normalize(&clean_transcript(&transcript.text)),
-            _ => return false,
+        let text = match self.transcript(command).await {
+            Ok(transcript) => normalize(&clean_transcript(&transcript.text)),
+            Err(_) => return false,
         };
         tracing::info!(%text, "heard while ringing");
         let words: Vec<&str> = text.split_whitespace().collect();
@@ -379,6 +380,8 @@ enum Control {
     Listen(u64),
     /// Stop listening for a command; wait for the wake word.
     Cancel,
+    /// The command paused at this stream position sounds finished.
+    Finish(u64),
 }
 
 /// How the loop behaves around a turn.
@@ -459,6 +462,8 @@ impl Voice {
         let (heard_tx, heard_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = std::sync::mpsc::channel();
         let (asks_tx, asks_rx) = mpsc::unbounded_channel();
+        let (judged_tx, judged) = mpsc::unbounded_channel();
+        let (paused_tx, paused_rx) = mpsc::unbounded_channel();
         pipeline.set_ear(Arc::new(LoopEar { asks: asks_tx }));
         let audio_beat = Heartbeat::new();
         let turn_beat = Heartbeat::new();
@@ -467,6 +472,7 @@ impl Voice {
             capture,
             listener,
             heard: heard_tx,
+            paused: paused_tx,
             control: control_rx,
             stop: stop_rx.clone(),
             beat: audio_beat.clone(),
@@ -496,6 +502,13 @@ impl Voice {
                 .filter(|_| settings.arbitration_ms > 0)
                 .map(|link| Arbiter::new(link, Duration::from_millis(settings.arbitration_ms))),
             round: None,
+            paused: paused_rx,
+            judged,
+            judged_tx,
+            judging: None,
+            waiting: None,
+            next_pause: None,
+            guess: Guess::default(),
         };
         let task = tokio::spawn(conversation.run());
         Ok(Voice {
@@ -522,6 +535,7 @@ struct AudioLoop {
     capture: Capture,
     listener: Listener,
     heard: mpsc::UnboundedSender<(Heard, Instant)>,
+    paused: mpsc::UnboundedSender<Command>,
     control: Receiver<Control>,
     stop: watch::Receiver<bool>,
     beat: Heartbeat,
@@ -537,6 +551,13 @@ impl AudioLoop {
                 match control {
                     Control::Listen(ms) => self.listener.listen(ms),
                     Control::Cancel => self.listener.cancel(),
+                    Control::Finish(end) => {
+                        if let Some(heard) = self.listener.finish(end)
+                            && self.heard.send((heard, Instant::now())).is_err()
+                        {
+                            return;
+                        }
+                    }
                 }
             }
             match self
@@ -547,6 +568,11 @@ impl AudioLoop {
                 Ok(frame) => {
                     if let Some(heard) = self.listener.push(&frame)
                         && self.heard.send((heard, Instant::now())).is_err()
+                    {
+                        return;
+                    }
+                    if let Some(paused) = self.listener.take_pause()
+                        && self.paused.send(paused).is_err()
                     {
                         return;
                     }
@@ -590,6 +616,20 @@ struct Conversation {
     arbiter: Option<Arbiter>,
     /// A wake word heard here, waiting for the other spokes' claims.
     round: Option<Round>,
+    /// Commands so far whose speaker paused, to be judged finished or not.
+    paused: mpsc::UnboundedReceiver<Command>,
+    /// Transcripts of paused commands, judged finished or not, as they are made.
+    judged: mpsc::UnboundedReceiver<(u64, Option<Transcript>)>,
+    judged_tx: mpsc::UnboundedSender<(u64, Option<Transcript>)>,
+    /// A paused command is being transcribed: where its speech ended.
+    judging: Option<u64>,
+    /// The command that paused there ended before its transcript was ready: it waits
+    /// for it rather than being transcribed twice.
+    waiting: Option<(Command, Instant)>,
+    /// A later pause, judged when the transcription in progress ends.
+    next_pause: Option<Command>,
+    /// The last paused command's transcript, for the command it turns out to be.
+    guess: Guess,
 }
 
 /// Agreeing with other spokes on which one answers a wake word several heard.
@@ -930,6 +970,16 @@ impl Conversation {
         queued: &mut Option<(Command, Instant)>,
         stop_check: &mut Option<JoinHandle<bool>>,
     ) {
+        let heard = match self.guess.attach(heard) {
+            // Its transcript is being made: wait for it instead of making another.
+            Heard::Command(command)
+                if command.transcript.is_none() && self.judging == Some(command.end) =>
+            {
+                self.waiting = Some((command, at));
+                return;
+            }
+            heard => heard,
+        };
         let Some(heard) = self.answer_with(heard) else {
             return;
         };
@@ -981,6 +1031,45 @@ impl Conversation {
                 self.deliver(turn.is_some());
             }
         }
+    }
+
+    /// Transcribes a paused command to hear whether it sounds finished (one at a
+    /// time: a pause that comes meanwhile waits, replacing any older one).
+    fn judge(&mut self, command: Command) {
+        if self.judging.is_some() {
+            self.next_pause = Some(command);
+            return;
+        }
+        self.judging = Some(command.end);
+        let stt = self.pipeline.transcriber.clone();
+        let done = self.judged_tx.clone();
+        tokio::task::spawn_blocking(move || {
+            let transcript = stt.transcribe(&command.samples);
+            if let Err(error) = &transcript {
+                tracing::warn!("speech to text failed on a pause: {error}");
+            }
+            let _ = done.send((command.end, transcript.ok()));
+        });
+    }
+
+    /// A paused command's transcript: end the command there when it sounds finished.
+    /// Returns the command that was waiting for it, now with its transcript.
+    fn judged(&mut self, end: u64, transcript: Option<Transcript>) -> Option<(Heard, Instant)> {
+        self.judging = None;
+        if let Some(transcript) = transcript {
+            let text = clean_transcript(&transcript.text);
+            let finished = turn_end::sounds_finished(&text);
+            tracing::debug!(%text, finished, "the speaker paused");
+            if finished {
+                let _ = self.control.send(Control::Finish(end));
+            }
+            self.guess.keep(end, transcript);
+        }
+        if let Some(next) = self.next_pause.take() {
+            self.judge(next);
+        }
+        let (command, at) = self.waiting.take()?;
+        Some((self.guess.attach(Heard::Command(command)), at))
     }
 
     /// This spoke answers the wake word: interrupt what it was doing, listen.
@@ -1092,6 +1181,12 @@ impl Conversation {
                 heard = self.heard.recv() => {
                     let Some((heard, at)) = heard else { break };
                     self.on_heard(heard, at, &mut turn, &mut queued, &mut stop_check);
+                }
+                Some(command) = self.paused.recv() => self.judge(command),
+                Some((end, transcript)) = self.judged.recv() => {
+                    if let Some((heard, at)) = self.judged(end, transcript) {
+                        self.on_heard(heard, at, &mut turn, &mut queued, &mut stop_check);
+                    }
                 }
                 Some(claim) = next_claim(&mut self.arbiter) => {
                     if let Some(arbiter) = &mut self.arbiter {
