@@ -414,7 +414,10 @@ fn the_readme_example_skill_compiles_with_the_host_api() {
 fn timers_are_set_listed_extended_and_cancelled_by_name() {
     let dir = tmp();
     let timers = Skill::load("timers.rhai", dir.path());
-    let pasta = timers.ok("start", ("8 minutes".to_string(), "Pasta timer".to_string()));
+    let pasta = timers.ok(
+        "start",
+        ("8 minutes".to_string(), "Pasta timer".to_string()),
+    );
     assert_eq!(field::<String>(&pasta, "name"), "pasta");
     assert_eq!(field::<String>(&pasta, "spoken"), "8 minutes");
     let plain = timers.ok("start", (90_i64,));
@@ -423,11 +426,14 @@ fn timers_are_set_listed_extended_and_cancelled_by_name() {
     let error = timers
         .call("start", ("5 minutes".to_string(), "pasta".to_string()))
         .unwrap_err();
-    assert!(error.contains("already a timer called \"pasta\""), "{error}");
+    assert!(
+        error.contains("already a timer called \"pasta\""),
+        "{error}"
+    );
     let error = timers.call("start", ("soon".to_string(),)).unwrap_err();
     assert!(error.contains("\"10 minutes\""), "{error}");
-    timers.ok("alarm", ("6:30 am".to_string(),));
-    timers.ok(
+    let _ = timers.ok("alarm", ("6:30 am".to_string(),));
+    let _ = timers.ok(
         "remind",
         ("call your mother".to_string(), "in 2 hours".to_string()),
     );
@@ -441,9 +447,13 @@ fn timers_are_set_listed_extended_and_cancelled_by_name() {
         .map(|e| field::<String>(e, "name"))
         .collect();
     assert_eq!(names[..2], ["timer", "pasta"], "soonest first: {names:?}");
-    assert!(names.contains(&"alarm 06:30".to_string()) && names.contains(&"reminder 1".to_string()));
+    assert!(
+        names.contains(&"alarm 06:30".to_string()) && names.contains(&"reminder 1".to_string())
+    );
 
-    let before: i64 = list.into_array().unwrap()[1].clone().cast::<rhai::Map>()["left_s"].as_int().unwrap();
+    let before: i64 = list.into_array().unwrap()[1].clone().cast::<rhai::Map>()["left_s"]
+        .as_int()
+        .unwrap();
     let after = timers.ok("add_time", ("5 minutes".to_string(), "pasta".to_string()));
     assert_eq!(field::<String>(&after, "name"), "pasta");
     let pasta_left = timers
@@ -454,10 +464,16 @@ fn timers_are_set_listed_extended_and_cancelled_by_name() {
         .find(|e| field::<String>(e, "name") == "pasta")
         .map(|e| e.cast::<rhai::Map>()["left_s"].as_int().unwrap())
         .unwrap();
-    assert!((before + 299..=before + 300).contains(&pasta_left), "{before} -> {pasta_left}");
+    assert!(
+        (before + 299..=before + 300).contains(&pasta_left),
+        "{before} -> {pasta_left}"
+    );
 
     // "alarm" names one kind of which there is one; "" matches all, so it is ambiguous.
-    assert_eq!(timers.ok("cancel", ("alarm".to_string(),)).cast::<String>(), "alarm 06:30");
+    assert_eq!(
+        timers.ok("cancel", ("alarm".to_string(),)).cast::<String>(),
+        "alarm 06:30"
+    );
     let error = timers.call("cancel", ("".to_string(),)).unwrap_err();
     assert!(error.contains("say which"), "{error}");
     let error = timers.call("cancel", ("eggs".to_string(),)).unwrap_err();
@@ -466,21 +482,32 @@ fn timers_are_set_listed_extended_and_cancelled_by_name() {
     assert!(timers.ok("list", ()).into_array().unwrap().is_empty());
 
     // The entries are in the schedule the daemon rings from.
-    timers.ok("start", ("1 hour".to_string(), "tea".to_string()));
+    let _ = timers.ok("start", ("1 hour".to_string(), "tea".to_string()));
     let schedule = std::fs::read_to_string(dir.path().join("schedule.json")).unwrap();
     assert!(schedule.contains("Your tea timer is done."), "{schedule}");
-    assert!(schedule.contains("Your tea timer went off at {time}."), "{schedule}");
+    assert!(
+        schedule.contains("Your tea timer went off at {time}."),
+        "{schedule}"
+    );
 }
 
 #[test]
 fn speaking_needs_a_voice_and_respects_quiet_hours() {
     let dir = tmp();
     let speaker = Skill::load("speaker.rhai", dir.path());
-    let error = speaker.call("say", ("Dinner is ready".to_string(),)).unwrap_err();
-    assert!(error.contains("only `strawberry-spoke run` speaks"), "{error}");
+    let error = speaker
+        .call("say", ("Dinner is ready".to_string(),))
+        .unwrap_err();
+    assert!(
+        error.contains("only `strawberry-spoke run` speaks"),
+        "{error}"
+    );
     assert!(!speaker.ok("is_quiet", ()).as_bool().unwrap());
 
-    let quiet = strawberry_spoke::skills::services::QuietHours { from: 0, to: 24 * 60 - 1 };
+    let quiet = strawberry_spoke::skills::services::QuietHours {
+        from: 0,
+        to: 24 * 60 - 1,
+    };
     let (tx, mut rx) = tokio::sync::mpsc::channel(4);
     let settings = strawberry_spoke::skills::HostSettings {
         quiet_hours: Some(quiet),
@@ -491,8 +518,13 @@ fn speaking_needs_a_voice_and_respects_quiet_hours() {
     if !quiet.now() {
         return; // the last minute of the day
     }
-    let error = speaker.call("say", ("Dinner is ready".to_string(),)).unwrap_err();
-    assert!(error.contains("quiet hours") && error.contains("announce.quiet_hours"), "{error}");
+    let error = speaker
+        .call("say", ("Dinner is ready".to_string(),))
+        .unwrap_err();
+    assert!(
+        error.contains("quiet hours") && error.contains("announce.quiet_hours"),
+        "{error}"
+    );
     assert!(rx.try_recv().is_err(), "nothing was queued");
 
     let loud = strawberry_spoke::skills::HostSettings {
@@ -500,7 +532,7 @@ fn speaking_needs_a_voice_and_respects_quiet_hours() {
         ..settings
     };
     let speaker = Skill::load_with("speaker.rhai", loud);
-    speaker.ok("say", ("Dinner is ready".to_string(),));
+    let _ = speaker.ok("say", ("Dinner is ready".to_string(),));
     assert_eq!(
         rx.try_recv().unwrap(),
         strawberry_spoke::skills::services::Spoken::Announce("Dinner is ready".into())
