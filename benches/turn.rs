@@ -2,9 +2,11 @@
 //! stream parsing, the sandbox run, feedback and memory, for catalogues of 20 and
 //! 500 skill functions. The "model" is the scripted server from the tests answering
 //! at once on loopback, so what is measured is everything the spoke does in a turn
-//! of two rounds (a code block, then the answer).
+//! of two rounds (a code block, then the answer). Prompt building is also measured
+//! for a household: the 500 local functions plus five other online devices of 100
+//! functions each, whose skills the prompt ranks and cuts together with the local ones.
 //!
-//! `cargo bench --bench turn`
+//! `cargo bench --bench turn` (`cargo bench --bench turn -- prompt/` for the prompts)
 
 #[path = "../tests/support/llm.rs"]
 mod llm;
@@ -18,6 +20,9 @@ use strawberry_spoke::agent::prompt::{self, PromptContext};
 use strawberry_spoke::agent::{Agent, TurnEvent};
 use strawberry_spoke::config::{Config, EndpointConfig};
 use strawberry_spoke::hub::CodeMode;
+use strawberry_spoke::mqtt::PeerLimits;
+use strawberry_spoke::mqtt::peers::Peers;
+use strawberry_spoke::mqtt::protocol::Registration;
 use strawberry_spoke::sandbox::Sandbox;
 use strawberry_spoke::skills::Registry;
 
@@ -28,12 +33,13 @@ const VERBS: [&str; 10] = [
     "read", "set", "toggle", "list", "start", "stop", "check", "reset", "dim", "open",
 ];
 
-/// Writes `classes` skill files of `per_class` functions each into `dir`.
-fn write_skills(dir: &Path, classes: usize, per_class: usize) {
+/// Writes `classes` skill files of `per_class` functions each into `dir`, the classes
+/// named `{prefix}Zone{c}Skill`.
+fn write_skills(dir: &Path, prefix: &str, classes: usize, per_class: usize) {
     for c in 0..classes {
         let noun = NOUNS[c % NOUNS.len()];
         let mut text = format!(
-            "//! Controls the {noun}s of zone {c}.\n//!\n//! @class Zone{c}Skill\n//! @example Check the {noun} in zone {c}\n//! print(device.Zone{c}Skill.check_{noun}_0(1));\n\n"
+            "//! Controls the {noun}s of zone {c}.\n//!\n//! @class {prefix}Zone{c}Skill\n//! @example Check the {noun} in zone {c}\n//! print(device.{prefix}Zone{c}Skill.check_{noun}_0(1));\n\n"
         );
         for f in 0..per_class {
             let verb = VERBS[(f + c) % VERBS.len()];
@@ -49,7 +55,7 @@ fn bench_catalogue(c: &mut Criterion, classes: usize, per_class: usize) {
     let functions = classes * per_class;
     let skills = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
-    write_skills(skills.path(), classes, per_class);
+    write_skills(skills.path(), "", classes, per_class);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -137,11 +143,45 @@ fn bench_catalogue(c: &mut Criterion, classes: usize, per_class: usize) {
         b.iter(|| {
             black_box(prompt::system_prompt(
                 &registry,
+                None,
                 &context,
                 "what is the music level?",
             ))
         })
     });
+
+    if functions == 500 {
+        let peers = household(&config, 5, 10, 10);
+        c.bench_function("prompt/500_functions_5_peers_x_100", |b| {
+            b.iter(|| {
+                black_box(prompt::system_prompt(
+                    &registry,
+                    Some(&peers),
+                    &context,
+                    "what is the music level?",
+                ))
+            })
+        });
+    }
+}
+
+/// `devices` other spokes online, each registering `classes` classes of `per_class`
+/// functions of its own, taken in as the MQTT link takes registrations in.
+fn household(config: &Config, devices: usize, classes: usize, per_class: usize) -> Peers {
+    let mut peers = Peers::new(&config.device.name, PeerLimits::default());
+    for d in 0..devices {
+        let dir = tempfile::tempdir().unwrap();
+        write_skills(dir.path(), &format!("Room{d}"), classes, per_class);
+        let (registry, errors) = Registry::load(dir.path(), &config.host_settings());
+        assert!(errors.is_empty(), "{errors:?}");
+        let id = format!("room{d}");
+        let registration =
+            Registration::of(&registry, &id, &format!("Room {d}"), |f| f.model_callable);
+        let payload = serde_json::to_vec(&registration).unwrap();
+        peers.set_registration(&id, &payload).unwrap();
+        peers.set_status(&id, b"online").unwrap();
+    }
+    peers
 }
 
 fn turns(c: &mut Criterion) {

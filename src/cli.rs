@@ -28,7 +28,8 @@ use crate::skills::{LoadError, Registry, SkillClass, SkillFunction};
 use crate::stt::ct2::Quantize;
 use crate::stt::{SAMPLE_RATE, Transcriber, audio};
 
-/// How long `exec` waits for the broker before running with local skills only.
+/// How long `exec`, `ask`, `chat` and `prompt` wait for the broker (and the retained
+/// registrations) before going on with local skills only.
 const LINK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// A voice-assistant spoke: skills, a sandbox for model-written code, and (soon) the

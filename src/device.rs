@@ -7,9 +7,11 @@
 //!
 //! With an MQTT [`Link`], skills of other spokes join the local ones (DESIGN.md 2.1):
 //! search lists each distinct skill once with the devices that host it (this device
-//! first), and a call goes to this device when it hosts the skill, else to the one
-//! online device that does, else fails naming the candidates. Without a link every
-//! answer is exactly the local-only one.
+//! first) and those of them online, offline ones included so the model can say where a
+//! skill is even when it cannot reach it now; class and function info say the same.
+//! A call goes to this device when it hosts the skill, else to the one online device
+//! that does, else fails naming the candidates. Without a link every answer names this
+//! device alone.
 
 use std::collections::HashMap;
 use std::io::{BufRead, IsTerminal, Write};
@@ -18,11 +20,11 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::mqtt::Link;
-use crate::mqtt::peers::{Peer, Peers, RemoteClass};
+use crate::mqtt::peers::{Peer, Peers};
 use crate::sandbox::{DeviceHandler, DeviceRequest};
 use crate::skills::search::Doc;
 use crate::skills::watch::LiveRegistry;
-use crate::skills::{Registry, SkillClass, SkillFunction};
+use crate::skills::{Registry, SkillFunction};
 
 /// How many results `device.search_skills` returns at most.
 const SEARCH_LIMIT: usize = 20;
@@ -136,31 +138,34 @@ impl Device {
                     "signature": f.signature(),
                     "summary": f.summary,
                     "devices": [self.name],
+                    "online": [self.name],
                 })
             })
             .collect();
         Value::Array(hits)
     }
 
-    /// Search over this device's and every online peer's skills: one entry per class,
-    /// function and signature, listing its devices, this one first. Reads the indexes
-    /// built when the skills loaded or arrived and a snapshot of the peers: the work
-    /// is linear in the functions, and the connection is never held up.
+    /// Search over this device's skills and those of every device that registered
+    /// some, online or not: one entry per class, function and signature, listing its
+    /// devices (this one first) and which of them are online. An offline device's
+    /// skills stay findable so the model can tell the person where the skill is and
+    /// that it cannot be reached now, rather than search on. Reads the indexes built
+    /// when the skills loaded or arrived and a snapshot of the peers: the work is
+    /// linear in the functions, and the connection is never held up.
     fn search_everywhere(&self, registry: &Registry, peers: &Peers, query: &str) -> Value {
+        let places = Places::new(&self.name, registry, Some(peers));
         let mut found = Found::default();
         for (ci, class) in registry.classes().iter().enumerate() {
             for (fi, f) in class.functions.iter().enumerate() {
                 if f.model_callable {
-                    found.add(registry.index().doc(ci, fi), f, &self.name, true);
+                    found.add(registry.index().doc(ci, fi), f, &self.name, true, true);
                 }
             }
         }
-        let mut online: Vec<&Peer> = peers.all().filter(|p| p.online).collect();
-        online.sort_by(|a, b| a.name.cmp(&b.name));
-        for peer in online {
+        for peer in &places.peers {
             for (ci, class) in peer.classes.iter().enumerate() {
                 for (fi, f) in class.functions.iter().enumerate() {
-                    found.add(peer.index.doc(ci, fi), f, &peer.name, false);
+                    found.add(peer.index.doc(ci, fi), f, &peer.name, false, peer.online);
                 }
             }
         }
@@ -171,10 +176,12 @@ impl Device {
             .zip(&found.entries)
             .filter(|(score, _)| everything || *score > 0.0)
             .collect();
-        // Best first; among equals, skills this device hosts first, then by name.
+        // Best first; among equals, skills this device hosts first, then those some
+        // online device has, then by name.
         ranked.sort_by(|a, b| {
             b.0.total_cmp(&a.0)
                 .then(b.1.local.cmp(&a.1.local))
+                .then(a.1.online.is_empty().cmp(&b.1.online.is_empty()))
                 .then_with(|| {
                     (&a.1.function.class, &a.1.function.name)
                         .cmp(&(&b.1.function.class, &b.1.function.name))
@@ -192,43 +199,47 @@ impl Device {
                         "signature": entry.signature,
                         "summary": f.summary,
                         "devices": entry.devices,
+                        "online": entry.online,
                     })
                 })
                 .collect(),
         )
     }
 
+    /// `device.get_skill_info`: the class as this device has it, else as an online
+    /// device has it, else as any device that registered it; with where it is.
     fn skill_info(&self, class: &str) -> Result<Value, String> {
         let registry = self.registry.current();
+        let peers = self.link.as_ref().map(Link::peers);
+        let places = Places::new(&self.name, &registry, peers.as_deref());
         if let Some(skill) = registry.class(class) {
-            return Ok(class_info(skill));
+            let functions = skill.functions.iter().filter(|f| f.model_callable);
+            return Ok(places.class_info(
+                &skill.name,
+                &skill.summary,
+                &skill.description,
+                functions,
+            ));
         }
-        if let Some(info) = self.remote_find(|peer| {
-            peer.classes
-                .iter()
-                .find(|c| c.name == class)
-                .map(|c| remote_class_info(c, &peer.name))
-        }) {
-            return Ok(info);
-        }
-        Err(unknown_class(&registry, class))
-    }
-
-    /// The first answer `f` gives for an online peer.
-    fn remote_find<R>(&self, f: impl Fn(&Peer) -> Option<R>) -> Option<R> {
-        let link = self.link.as_ref()?;
-        link.with_peers(|peers| peers.all().filter(|p| p.online).find_map(f))
+        places
+            .remote(|peer| peer.classes.iter().find(|c| c.name == class))
+            .map(|c| places.class_info(&c.name, &c.summary, &c.description, c.functions.iter()))
+            .ok_or_else(|| unknown_class(&registry, class))
     }
 
     fn function_info(&self, name: &str) -> Result<Value, String> {
         let registry = self.registry.current();
+        let peers = self.link.as_ref().map(Link::peers);
+        let places = Places::new(&self.name, &registry, peers.as_deref());
         let f = match registry.function(name) {
             Ok(f) => f,
             Err(error) => {
                 let remote = name.split_once('.').and_then(|(class, function)| {
-                    self.remote_find(|peer| peer.function(class, function).map(function_info))
+                    places.remote(|peer| peer.function(class, function))
                 });
-                return remote.ok_or_else(|| error.to_string());
+                return remote
+                    .map(|f| places.function_info(f))
+                    .ok_or_else(|| error.to_string());
             }
         };
         if !f.model_callable {
@@ -237,7 +248,7 @@ impl Device {
                 f.qualified_name()
             ));
         }
-        Ok(function_info(f))
+        Ok(places.function_info(f))
     }
 
     fn call(
@@ -425,6 +436,7 @@ struct Entry<'a> {
     signature: String,
     local: bool,
     devices: Vec<&'a str>,
+    online: Vec<&'a str>,
 }
 
 /// The distinct functions of a search across devices and their documents, in step.
@@ -436,19 +448,30 @@ struct Found<'a> {
 }
 
 impl<'a> Found<'a> {
-    /// Adds `f` as hosted by `device`; a function already seen (same class, name and
-    /// signature) only gains the device, and keeps the text it was first seen with.
-    fn add(&mut self, doc: Doc<'a>, f: &'a SkillFunction, device: &'a str, local: bool) {
+    /// Adds `f` as hosted by `device` (`online` or not); a function already seen
+    /// (same class, name and signature) only gains the device, and keeps the text it
+    /// was first seen with.
+    fn add(
+        &mut self,
+        doc: Doc<'a>,
+        f: &'a SkillFunction,
+        device: &'a str,
+        local: bool,
+        online: bool,
+    ) {
         let signature = f.signature();
         match self
             .by_key
             .entry((f.class.as_str(), f.name.as_str(), signature.clone()))
         {
             std::collections::hash_map::Entry::Occupied(seen) => {
-                let devices = &mut self.entries[*seen.get()].devices;
+                let entry = &mut self.entries[*seen.get()];
                 // Devices come one after the other: one already listed is the last.
-                if devices.last() != Some(&device) {
-                    devices.push(device);
+                if entry.devices.last() != Some(&device) {
+                    entry.devices.push(device);
+                    if online {
+                        entry.online.push(device);
+                    }
                 }
             }
             std::collections::hash_map::Entry::Vacant(slot) => {
@@ -458,6 +481,7 @@ impl<'a> Found<'a> {
                     signature,
                     local,
                     devices: vec![device],
+                    online: if online { vec![device] } else { Vec::new() },
                 });
                 self.docs.push(doc);
             }
@@ -465,15 +489,106 @@ impl<'a> Found<'a> {
     }
 }
 
-/// `device.get_skill_info` for a class another device hosts.
-fn remote_class_info(class: &RemoteClass, device: &str) -> Value {
-    json!({
-        "class": class.name,
-        "summary": class.summary,
-        "description": class.description,
-        "device": device,
-        "functions": class.functions.iter().map(function_info).collect::<Vec<_>>(),
-    })
+/// Where skills are: this device, and every other device that registered some
+/// (by name), to tell model code which devices have a class or function and which of
+/// them are online.
+struct Places<'a> {
+    own: &'a str,
+    registry: &'a Registry,
+    peers: Vec<&'a Peer>,
+}
+
+impl<'a> Places<'a> {
+    fn new(own: &'a str, registry: &'a Registry, peers: Option<&'a Peers>) -> Self {
+        let mut peers: Vec<&Peer> = peers
+            .into_iter()
+            .flat_map(Peers::all)
+            .filter(|p| p.registered)
+            .collect();
+        peers.sort_by(|a, b| a.name.cmp(&b.name));
+        Places {
+            own,
+            registry,
+            peers,
+        }
+    }
+
+    /// The first answer `find` gives for another device, online devices first.
+    fn remote<R>(&self, find: impl Fn(&'a Peer) -> Option<R>) -> Option<R> {
+        let (online, offline): (Vec<&Peer>, Vec<&Peer>) = self.peers.iter().partition(|p| p.online);
+        online.into_iter().chain(offline).find_map(find)
+    }
+
+    /// The names of the devices that have class `class` (or its function `f`, with
+    /// the same signature), this one first, and of those of them that are online.
+    fn locate(&self, class: &str, f: Option<&SkillFunction>) -> (Vec<&'a str>, Vec<&'a str>) {
+        let signature = f.map(SkillFunction::signature);
+        let matches = |found: Option<&SkillFunction>| match (found, &signature) {
+            (Some(found), Some(signature)) => found.signature() == *signature,
+            (found, None) => found.is_some(),
+            (None, Some(_)) => false,
+        };
+        let mut devices = Vec::new();
+        let mut online = Vec::new();
+        let here = self.registry.class(class).and_then(|c| {
+            c.functions
+                .iter()
+                .filter(|g| g.model_callable)
+                .find(|g| f.is_none_or(|f| g.name == f.name))
+        });
+        if matches(here) {
+            devices.push(self.own);
+            online.push(self.own);
+        }
+        for peer in &self.peers {
+            let there = peer.classes.iter().find(|c| c.name == class).and_then(|c| {
+                c.functions
+                    .iter()
+                    .find(|g| f.is_none_or(|f| g.name == f.name))
+            });
+            if matches(there) {
+                devices.push(peer.name.as_str());
+                if peer.online {
+                    online.push(peer.name.as_str());
+                }
+            }
+        }
+        (devices, online)
+    }
+
+    /// What `device.get_skill_info` returns for one class: scripts see only the
+    /// functions they may call.
+    fn class_info<'f>(
+        &self,
+        name: &str,
+        summary: &str,
+        description: &str,
+        functions: impl Iterator<Item = &'f SkillFunction>,
+    ) -> Value {
+        let (devices, online) = self.locate(name, None);
+        json!({
+            "class": name,
+            "summary": summary,
+            "description": description,
+            "devices": devices,
+            "online": online,
+            "functions": functions.map(|f| self.function_info(f)).collect::<Vec<_>>(),
+        })
+    }
+
+    /// What `device.get_function_info` returns for one function.
+    fn function_info(&self, f: &SkillFunction) -> Value {
+        let (devices, online) = self.locate(&f.class, Some(f));
+        json!({
+            "name": f.qualified_name(),
+            "signature": f.signature(),
+            "summary": f.summary,
+            "docstring": f.docstring,
+            "needs_confirmation": f.confirm,
+            "devices": devices,
+            "online": online,
+        })
+    }
 }
 
 impl DeviceHandler for Device {
@@ -507,33 +622,6 @@ pub fn normalise(name: &str) -> String {
         out.pop();
     }
     out
-}
-
-/// What `device.get_skill_info` returns for one class: scripts see only the functions
-/// they may call.
-pub fn class_info(skill: &SkillClass) -> Value {
-    json!({
-        "class": skill.name,
-        "summary": skill.summary,
-        "description": skill.description,
-        "functions": skill
-            .functions
-            .iter()
-            .filter(|f| f.model_callable)
-            .map(function_info)
-            .collect::<Vec<_>>(),
-    })
-}
-
-/// What `device.get_function_info` returns for one function.
-pub fn function_info(f: &SkillFunction) -> Value {
-    json!({
-        "name": f.qualified_name(),
-        "signature": f.signature(),
-        "summary": f.summary,
-        "docstring": f.docstring,
-        "needs_confirmation": f.confirm,
-    })
 }
 
 fn unknown_class(registry: &Registry, class: &str) -> String {

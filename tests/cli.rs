@@ -263,6 +263,43 @@ fn skills_check_reports_broken_files_and_keeps_good_ones() {
     assert!(stdout(&out).contains("1 skill classes"), "{}", stdout(&out));
 }
 
+/// A parameter without its `@param` line loads as `any`: `skills check` succeeds and
+/// warns where it is and how to document it; a function with no doc comment is still
+/// an error.
+#[test]
+fn skills_check_warns_about_a_parameter_without_param() {
+    let spoke = Spoke::new().with_skill(
+        "t.rhai",
+        "//! S.\n\n/// Run.\n/// @param b: int  B.\nfn run(a, b) {}\n",
+    );
+    let dir = spoke.skills.path().to_str().unwrap().to_string();
+    let out = spoke.run(&["skills", "check", &dir]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("TSkill.run(a: any, b: int) -> ()"),
+        "{}",
+        stdout(&out)
+    );
+    let warning = stderr(&out)
+        .lines()
+        .find(|l| l.starts_with("warning: "))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("{}", stderr(&out)));
+    assert!(
+        warning.ends_with(
+            "t.rhai:5:8: parameter `a` of `run` has no `@param` line, so it takes any value and \
+             the model is told nothing about it; add `/// @param a: <type>  <description>`"
+        ),
+        "{warning}"
+    );
+
+    let spoke = Spoke::new().with_skill("t.rhai", "//! S.\n\nfn run(a) {}\n");
+    let dir = spoke.skills.path().to_str().unwrap().to_string();
+    let out = spoke.run(&["skills", "check", &dir]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("t.rhai:3:"), "{}", stderr(&out));
+}
+
 #[test]
 fn bundled_skills_check_clean() {
     let bundled = Path::new(env!("CARGO_MANIFEST_DIR")).join("skills");

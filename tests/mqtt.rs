@@ -1,6 +1,7 @@
 //! The MQTT link against a real mosquitto: registration and presence as other tools
 //! see them, last will, calls between real spoke processes, broker restarts, password
-//! and TLS, hostile payloads on the call topic, and skill hot reload.
+//! and TLS, hostile payloads on the call topic, skill hot reload, and every online
+//! room's skills in the prompt.
 
 #[path = "support/llm.rs"]
 mod llm;
@@ -821,4 +822,300 @@ fn hot_reload_while_connected() {
         functions(r) == ["Greeter.hello", "Greeter.spin"]
     });
     assert!(call(4).contains("has no skill function TvSkill.set_volume"));
+}
+
+/// The TV of "Living Room TV": switching it on is kept in its storage.
+const TV_POWER: &str = r#"//! The living room television.
+//!
+//! @class TvSkill
+//! @example Turn on the TV
+//! device.TvSkill.power_on()
+
+/// Switch the TV on
+///
+/// @return string  What the TV did.
+fn power_on() {
+    storage_set("power", "on");
+    "the TV is on"
+}
+
+/// Whether the TV is on.
+///
+/// @return string  `on` or `off`.
+fn power() {
+    storage_get("power", "off")
+}
+"#;
+
+/// A hub that answers a turn with `code`, then with `answer`.
+fn hub_running(rt: &tokio::runtime::Runtime, code: &str, answer: &str) -> llm::ScriptedServer {
+    rt.block_on(llm::ScriptedServer::start(vec![
+        llm::Reply::Chunks(llm::text_reply(&[&format!("```rhai\n{code}\n```\n")])),
+        llm::Reply::Chunks(llm::text_reply(&[answer])),
+    ]))
+}
+
+fn hub_config(url: &str) -> String {
+    format!("\n[hub]\nendpoints = [{{ url = \"{url}\", model = \"test\" }}]\n")
+}
+
+/// The system prompt of a request the hub received.
+fn system_prompt(request: &Value) -> String {
+    request["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no system prompt in {request}"))
+        .to_string()
+}
+
+/// In the kitchen, the prompt shows the living room TV's skill under its device and
+/// key, not the skills of the garage, which is offline; a skill both have is listed
+/// once; and asking to "switch on the telly" with the model's
+/// `devices["living-room-tv"]` call switches the TV on over MQTT.
+#[test]
+fn the_kitchen_sees_and_reaches_the_living_room_tv() {
+    let broker = Broker::start();
+    let tv = SpokeDir::new("Living Room TV", "tv1", &broker.url(), "");
+    tv.skill("tv.rhai", TV_POWER);
+    tv.skill("where.rhai", &where_skill("tv"));
+    let _tv = tv.serve();
+    let garage = SpokeDir::new("Garage", "garage", &broker.url(), "");
+    garage.skill(
+        "greeter.rhai",
+        &GREETER.replace("@class Greeter", "@class GarageGreeter"),
+    );
+    garage.skill("where.rhai", &where_skill("garage"));
+    let mut garage_daemon = garage.serve();
+    registration(&broker, "tv1", |_| true);
+    registration(&broker, "garage", |_| true);
+    wait_online(&broker, "tv1");
+    garage_daemon.kill9();
+    broker.wait_retained(
+        "strawberry/devices/garage/status",
+        Duration::from_secs(10),
+        |t| t == "offline",
+    );
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let hub = hub_running(
+        &rt,
+        r#"devices["living-room-tv"].TvSkill.power_on()"#,
+        "The TV is on.",
+    );
+    let kitchen = SpokeDir::new("Kitchen", "kitchen", &broker.url(), &hub_config(&hub.url));
+    kitchen.skill("greeter.rhai", GREETER);
+    kitchen.skill("where.rhai", &where_skill("kitchen"));
+    let out = kitchen
+        .command(&["ask", "switch on the telly"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("  = the TV is on\n"), "{stdout}{stderr}");
+    // The call reached the TV: its storage says so.
+    let (code, power, err) = tv.exec("device.TvSkill.power()");
+    assert_eq!((code, power.as_str()), (0, "on"), "{err}");
+
+    let system = system_prompt(&hub.requests()[0]);
+    let here = system
+        .find(
+            "Skill functions of this device (device.Class.fn):\nGreeter: Greets people by name.\n",
+        )
+        .unwrap_or_else(|| panic!("{system}"));
+    let there = system
+        .find(
+            "Skill functions of \"Living Room TV\" (devices[\"living-room-tv\"].Class.fn):\n\
+             TvSkill: The living room television.\n  \
+             power_on() -> string  Switch the TV on\n  \
+             power() -> string  Whether the TV is on.\n",
+        )
+        .unwrap_or_else(|| panic!("{system}"));
+    assert!(here < there, "{system}");
+    assert!(
+        system.contains("Online devices: \"Living Room TV\" devices[\"living-room-tv\"].\n"),
+        "{system}"
+    );
+    assert!(
+        system.contains(
+            "WhereSkill: Says which device ran it. (also on devices[\"living-room-tv\"])\n"
+        ),
+        "{system}"
+    );
+    assert_eq!(system.matches("WhereSkill:").count(), 1, "{system}");
+    // The offline garage is not offered.
+    assert!(!system.contains("GarageGreeter"), "{system}");
+    assert!(!system.contains("devices[\"garage\"]"), "{system}");
+
+    // Search and class info say where a skill is and where it can run now; the
+    // offline garage's skills are found, marked not online.
+    let json = |code: &str| -> Value {
+        let (status, out, err) = kitchen.exec(code);
+        assert_eq!(status, 0, "{code}: {err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{code}: {e}: {out}"))
+    };
+    let hits = json(r#"device.search_skills("where am i")"#);
+    assert_eq!(hits[0]["name"], "WhereSkill.where_am_i", "{hits}");
+    assert_eq!(
+        hits[0]["devices"],
+        serde_json::json!(["Kitchen", "Garage", "Living Room TV"])
+    );
+    assert_eq!(
+        hits[0]["online"],
+        serde_json::json!(["Kitchen", "Living Room TV"])
+    );
+    let hits = json(r#"device.search_skills("greets people")"#);
+    let garage_hello = hits
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["name"] == "GarageGreeter.hello")
+        .unwrap_or_else(|| panic!("{hits}"));
+    assert_eq!(garage_hello["devices"], serde_json::json!(["Garage"]));
+    assert_eq!(garage_hello["online"], serde_json::json!([]));
+    let info = json(r#"device.get_skill_info("TvSkill")"#);
+    assert_eq!(info["devices"], serde_json::json!(["Living Room TV"]));
+    assert_eq!(info["online"], serde_json::json!(["Living Room TV"]));
+    assert_eq!(info["functions"][0]["name"], "TvSkill.power_on");
+    assert_eq!(
+        info["functions"][0]["online"],
+        serde_json::json!(["Living Room TV"])
+    );
+    let info = json(r#"device.get_skill_info("GarageGreeter")"#);
+    assert_eq!(
+        (&info["devices"], &info["online"]),
+        (&serde_json::json!(["Garage"]), &serde_json::json!([]))
+    );
+    let info = json(r#"device.get_skill_info("WhereSkill")"#);
+    assert_eq!(
+        info["devices"],
+        serde_json::json!(["Kitchen", "Garage", "Living Room TV"])
+    );
+
+    // `prompt` shows the same household without a turn.
+    let out = kitchen
+        .command(&["prompt", "turn on the tv"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let body: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let system = system_prompt(&body);
+    assert!(
+        system.contains(
+            "(devices[\"living-room-tv\"].Class.fn):\nTvSkill: The living room television.\n"
+        ),
+        "{system}"
+    );
+    assert!(
+        system.contains("User: Turn on the TV\nYou:\n```rhai\ndevices[\"living-room-tv\"].TvSkill.power_on()\n```\n"),
+        "{system}"
+    );
+}
+
+/// Without a broker `prompt` shows this device's skills and says once that it does.
+#[test]
+fn the_prompt_without_a_broker_says_it_is_local() {
+    let kitchen = SpokeDir::new("Kitchen", "kitchen", "", "");
+    kitchen.skill("greeter.rhai", GREETER);
+    let out = kitchen.command(&["prompt", "say hello"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr.matches("this device's skills only").count(),
+        1,
+        "{stderr}"
+    );
+    let body: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let system = system_prompt(&body);
+    assert!(
+        system.contains("Skill functions (device.Class.fn):\nGreeter:"),
+        "{system}"
+    );
+    assert!(!system.contains("devices["), "{system}");
+}
+
+/// Skill files of `classes` classes of `per_class` functions each, named for `room`.
+fn generated_skills(dir: &SpokeDir, room: usize, classes: usize, per_class: usize) {
+    const NOUNS: [&str; 5] = ["light", "music", "blind", "fan", "heater"];
+    for c in 0..classes {
+        let mut text =
+            format!("//! Room {room}, zone {c}.\n//!\n//! @class Room{room}Zone{c}Skill\n\n");
+        for f in 0..per_class {
+            let noun = NOUNS[(c + f) % NOUNS.len()];
+            text.push_str(&format!(
+                "/// Set the {noun} number {f} in zone {c}.\n///\n/// @param level: int  0 to 100.\n/// @return int  The level.\nfn set_{noun}_{f}(level) {{\n    level\n}}\n\n"
+            ));
+        }
+        dir.skill(&format!("zone{c}.rhai"), &text);
+    }
+}
+
+/// Five other rooms of 100 functions each: the prompt the hub receives stays within
+/// the budget and keeps the one function the request is about, on its device.
+#[test]
+fn the_prompt_budget_holds_with_five_rooms_of_a_hundred_functions() {
+    let broker = Broker::start();
+    let mut daemons = Vec::new();
+    let mut rooms = Vec::new();
+    for room in 0..5 {
+        let dir = SpokeDir::new(
+            &format!("Room {room}"),
+            &format!("room{room}"),
+            &broker.url(),
+            "",
+        );
+        generated_skills(&dir, room, 4, 25);
+        if room == 3 {
+            dir.skill(
+                "garage.rhai",
+                "//! The garage.\n//!\n//! @class GarageSkill\n\n/// Open the garage door.\nfn open_door() {\n    \"open\"\n}\n",
+            );
+        }
+        daemons.push(dir.serve());
+        rooms.push(dir);
+    }
+    for room in 0..5 {
+        let id = format!("room{room}");
+        registration(&broker, &id, |r| functions(r).len() >= 100);
+        wait_online(&broker, &id);
+    }
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let hub = rt.block_on(llm::ScriptedServer::start(vec![llm::Reply::Chunks(
+        llm::text_reply(&["Which door?"]),
+    )]));
+    let kitchen = SpokeDir::new("Kitchen", "kitchen", &broker.url(), &hub_config(&hub.url));
+    generated_skills(&kitchen, 9, 4, 25);
+    let out = kitchen
+        .command(&["ask", "open the garage door"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let system = system_prompt(&hub.requests()[0]);
+    // The default agent.prompt_budget_tokens, counted as the spoke counts: 4 bytes a token.
+    assert!(
+        system.len().div_ceil(4) <= 3000,
+        "{} tokens",
+        system.len().div_ceil(4)
+    );
+    assert!(
+        system.contains(
+            "Skill functions of \"Room 3\" (devices[\"room-3\"].Class.fn):\nGarageSkill: The garage.\n  open_door() -> ()  Open the garage door.\n"
+        ),
+        "{system}"
+    );
+    assert!(
+        system.contains("more exist. Find them with device.search_skills"),
+        "{system}"
+    );
+    for room in 0..5 {
+        assert!(
+            system.contains(&format!("\"Room {room}\" devices[\"room-{room}\"]")),
+            "{system}"
+        );
+    }
 }

@@ -151,7 +151,8 @@ impl Agent {
         )
     }
 
-    /// The system prompt for `utterance`.
+    /// The system prompt for `utterance`: this device's skills and, with a link, those
+    /// of the other devices online now.
     pub fn system_prompt(&self, utterance: &str) -> String {
         let time = prompt::local_time_now();
         let context = PromptContext {
@@ -160,7 +161,13 @@ impl Agent {
             mode: self.mode,
             budget_tokens: self.config.prompt_budget_tokens,
         };
-        prompt::system_prompt(&self.registry.current(), &context, utterance)
+        let peers = self.link.as_ref().map(Link::peers);
+        prompt::system_prompt(
+            &self.registry.current(),
+            peers.as_deref(),
+            &context,
+            utterance,
+        )
     }
 
     /// The exact request body the first round of a turn on `utterance` would send

@@ -66,11 +66,20 @@ pub fn ask(config: &Config, text: &str) -> Result<ExitCode> {
     })
 }
 
-/// `prompt "text"`: the request body of the first round, as JSON.
+/// `prompt "text"`: the request body of the first round, as JSON. With a broker it
+/// connects first, so the prompt shows the skills of every device online, as a turn
+/// in the daemon would.
 pub fn prompt(config: &Config, text: &str) -> Result<ExitCode> {
-    let (agent, _) = agent(config)?;
+    let runtime = runtime()?;
+    let (agent, link) = connect(&runtime, config, agent(config)?)?;
+    if link.is_none() {
+        eprintln!(
+            "note: no MQTT broker configured (mqtt.broker): the prompt shows this device's skills only"
+        );
+    }
     let mut session = agent.session();
     let body = agent.preview(&mut session, text);
+    disconnect(&runtime, link);
     print_out(&format!("{}\n", serde_json::to_string_pretty(&body)?))?;
     Ok(ExitCode::SUCCESS)
 }

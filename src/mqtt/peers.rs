@@ -58,6 +58,17 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// The key `devices["..."]` reaches it by ([`Peers::resolve`]): its normalised
+    /// name, or its id while it has no registered name.
+    pub fn key(&self) -> String {
+        let key = normalise(&self.name);
+        if self.registered && !key.is_empty() {
+            key
+        } else {
+            self.id.clone()
+        }
+    }
+
     /// The function `class.function`, when registered.
     pub fn function(&self, class: &str, function: &str) -> Option<&SkillFunction> {
         self.classes
