@@ -1533,7 +1533,24 @@ mod tests {
         assert_eq!(config.audio.pre_roll_ms, 1000);
         // The default ends a command within about half a second of silence.
         assert!(config.vad.hangover_ms <= 400, "{:?}", config.vad);
-        assert_eq!(config.vad.settings(), crate::vad::VadSettings::default());
+        // The library's endpointer with a judge of unfinished sentences on top.
+        assert_eq!(
+            config.vad.settings(),
+            crate::vad::VadSettings {
+                mid_sentence_ms: 1_200,
+                ..crate::vad::VadSettings::default()
+            }
+        );
+        let err = Config::load(
+            None,
+            env(&[("STRAWBERRY_SPOKE__VAD__MID_SENTENCE_MS", "200")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("vad.mid_sentence_ms") && err.contains("vad.hangover_ms"),
+            "{err}"
+        );
         assert_eq!(
             config.audio.capture_settings(),
             crate::audio::CaptureSettings::default()
