@@ -46,7 +46,7 @@ struct Recording {
 impl Recording {
     /// What the listener hears next, `None` at the end of the recording.
     fn next(&mut self) -> Option<Heard> {
-        while let Some(frame) = self.frames.next() {
+        for frame in self.frames.by_ref() {
             if let Some(heard) = self.listener.push(&frame) {
                 return Some(self.guess.attach(heard));
             }
