@@ -9,7 +9,9 @@ use std::time::Instant;
 
 use strawberry_spoke::config::WakeConfig;
 use strawberry_spoke::stt::audio;
-use strawberry_spoke::wake::{Detection, Detector, SAMPLE_RATE, WakeError, WakeWord};
+use strawberry_spoke::wake::{
+    Detection, Detector, SAMPLE_RATE, ScoreMode, Settings, Vad, WakeError, WakeWord,
+};
 
 /// How far a reported end of the phrase may be from the true one, in seconds.
 const END_TOLERANCE: f64 = 0.5;
@@ -475,4 +477,91 @@ fn bad_inputs_are_clear_errors_not_panics() {
     };
     let err = Detector::new(&settings).unwrap_err();
     assert!(err.to_string().contains("threshold"), "{err}");
+}
+
+/// The detector computes rustpotter's scores itself, without rustpotter's per-frame
+/// allocations (src/wake/engine.rs): on the same audio it must score, count and fire
+/// exactly as rustpotter 3.0.2 does, with the default settings and with the voice
+/// gate, gain normalizer, another score mode and eager firing.
+#[test]
+fn the_detector_scores_exactly_as_rustpotter_does() {
+    use rustpotter::{Rustpotter, RustpotterConfig, VADMode, WakewordLoad, WakewordRef};
+
+    let dir = wake_dir();
+    let mut clips: Vec<Vec<f32>> = wavs(&dir.join("phrase"), ".wav")
+        .iter()
+        .map(|p| read_16k(p))
+        .collect();
+    // Other speech, where candidates rise over the threshold but too briefly to fire.
+    let mut speech = read_16k(&dir.join("other/speech-en-us.wav"));
+    speech.truncate(40 * SAMPLE_RATE as usize);
+    clips.push(speech);
+
+    let default = Settings::default();
+    let other = Settings {
+        vad: Vad::Easy,
+        gain_normalizer: true,
+        score_mode: ScoreMode::Median,
+        eager: true,
+        threshold: 0.5,
+        ..Settings::default()
+    };
+    // The same settings for rustpotter.
+    let reference = |s: &Settings, vad, mode| {
+        let mut config = RustpotterConfig::default();
+        let d = &mut config.detector;
+        (d.threshold, d.avg_threshold, d.min_scores) = (s.threshold, s.avg_threshold, s.min_scores);
+        (d.score_ref, d.band_size, d.eager) = (s.score_ref, s.band_size, s.eager);
+        (d.vad_mode, d.score_mode) = (vad, mode);
+        config.filters.gain_normalizer.enabled = s.gain_normalizer;
+        config
+    };
+    let variants = [
+        (
+            &default,
+            reference(&default, None, rustpotter::ScoreMode::Max),
+        ),
+        (
+            &other,
+            reference(&other, Some(VADMode::Easy), rustpotter::ScoreMode::Median),
+        ),
+    ];
+    let word = || {
+        let mut word = WakewordRef::load_from_buffer(strawberry_spoke::wake::BUNDLED).unwrap();
+        // As WakeWord does: the configuration sets the thresholds, not the file.
+        (word.threshold, word.avg_threshold) = (None, None);
+        word
+    };
+    let mut fired = 0;
+    let mut partials = 0;
+    for (settings, config) in &variants {
+        for clip in &clips {
+            let mut ours = Detector::with_word(settings, &WakeWord::bundled().unwrap()).unwrap();
+            let mut theirs = Rustpotter::new(config).unwrap();
+            theirs.add_wakeword_ref("hey strawberry", word()).unwrap();
+            let mut best_partial: Option<f32> = None;
+            for (i, frame) in clips_frames(clip).enumerate() {
+                let expected = theirs.process_samples(frame.to_vec());
+                let got = ours.process(frame);
+                if let Some(p) = theirs.get_partial_detection() {
+                    partials += 1;
+                    best_partial = Some(best_partial.map_or(p.score, |b| b.max(p.score)));
+                }
+                let expected = expected.map(|d| (d.name, d.score, d.avg_score, d.counter));
+                let got = got
+                    .first()
+                    .map(|d| (d.name.clone(), d.score, d.avg_score, d.frames));
+                assert_eq!(got, expected, "frame {i} with {settings:?}");
+                fired += usize::from(expected.is_some());
+            }
+            assert_eq!(ours.peak().map(|(s, _)| s), best_partial, "{settings:?}");
+        }
+    }
+    // The comparison covered detections and candidates that never fired.
+    assert!(fired >= 8 && partials > fired * 5, "{fired} {partials}");
+}
+
+/// Whole 30 ms frames of a clip (the rest is dropped).
+fn clips_frames(samples: &[f32]) -> impl Iterator<Item = &[f32]> {
+    samples.chunks_exact(strawberry_spoke::wake::FRAME_SAMPLES)
 }

@@ -5,14 +5,17 @@
 //! recordings of the phrase turned into MFCC feature sequences; detection compares the
 //! live stream against each of them with dynamic time warping. That needs no model
 //! download and no training run, a user can make their own word from a few recordings
-//! in a second, and it costs a few percent of one core (3.2% with the bundled word
-//! on the development machine, BENCHMARKS.md). Its weakness is that it matches voices
-//! like the recorded ones best, which is why the bundled word is built from several
-//! voices and speeds, and why `wakeword train` exists.
+//! in a second. Its weakness is that it matches voices like the recorded ones best,
+//! which is why the bundled word is built from several voices and speeds, and why
+//! `wakeword train` exists.
+//!
+//! rustpotter reads and makes the word files; the scoring itself is done by
+//! `engine.rs`, which computes exactly rustpotter's scores at about a quarter of the
+//! cost (1.0% of one core with the bundled word on the development machine, against
+//! 3.5% through rustpotter's own detector; BENCHMARKS.md).
 //!
 //! The detector takes 16 kHz mono f32 audio in chunks of any length (the audio module
-//! hands over whatever its callback produced) and buffers it to rustpotter's 30 ms
-//! frames. Each [`Detection`] says where in the stream the phrase was (sample offsets),
+//! hands over whatever its callback produced) and buffers it to 30 ms frames. Each [`Detection`] says where in the stream the phrase was (sample offsets),
 //! not only that it was heard: the recorder needs to know where the command starts.
 //!
 //! One [`Detector`] can hold several words (e.g. the wake word and a "stop" word); while
@@ -20,15 +23,15 @@
 //! [`Detector::reset`] on the wake detector before it listens again, so that audio from
 //! before the pause never combines with audio after it.
 
+mod engine;
 pub mod train;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use rustpotter::{
-    Rustpotter, RustpotterConfig, WakewordLoad, WakewordModel, WakewordRef, WakewordSave,
-};
+use rustpotter::{WakewordLoad, WakewordModel, WakewordRef, WakewordSave};
 use serde::{Deserialize, Serialize};
+
+use engine::Engine;
 
 use crate::stt::audio::AudioError;
 
@@ -113,7 +116,7 @@ pub enum WakeError {
     /// Detector settings that cannot work.
     #[error("wake word setting {key}: {message}")]
     Setting { key: &'static str, message: String },
-    /// rustpotter refused something (e.g. two words with different feature sizes).
+    /// The detector refused a word (e.g. two words with different feature sizes).
     #[error("wake word {name:?}: {message}")]
     Detector { name: String, message: String },
 }
@@ -167,9 +170,10 @@ impl WakeWord {
         }
     }
 
-    /// Checks what rustpotter takes on trust: its detector indexes the first frame of
-    /// the first template and compares vectors element by element, so an empty or ragged
-    /// file would panic (or silently never match) later, inside the audio path.
+    /// Checks what the file format takes on trust: the engine slices each template into
+    /// vectors of the stated feature size and compares them element by element, so an
+    /// empty or ragged file would panic (or silently never match) later, inside the audio
+    /// path.
     fn checked(mut inner: WakewordRef, origin: &str) -> Result<WakeWord, WakeError> {
         let invalid = |message: String| WakeError::Invalid {
             origin: origin.into(),
@@ -230,16 +234,8 @@ impl WakeWord {
     /// The longest recording's length, in samples at 16 kHz (what the detector keeps
     /// in its window).
     pub fn longest_samples(&self) -> u64 {
-        self.frame_lengths().values().copied().max().unwrap_or(0) as u64 * SHIFT_SAMPLES
-    }
-
-    /// Each recording's feature-sequence length, by recording name.
-    fn frame_lengths(&self) -> HashMap<String, usize> {
-        self.inner
-            .samples_features
-            .iter()
-            .map(|(k, v)| (k.clone(), v.len()))
-            .collect()
+        let frames = self.inner.samples_features.values().map(Vec::len).max();
+        frames.unwrap_or(0) as u64 * SHIFT_SAMPLES
     }
 
     /// The file's bytes.
@@ -272,20 +268,6 @@ impl WakeWord {
             .map_err(write_err)?;
         tmp.persist(path).map_err(|e| write_err(e.error))?;
         Ok(())
-    }
-
-    /// A copy for rustpotter, which takes ownership of the words it is given.
-    fn to_ref(&self) -> WakewordRef {
-        let w = &self.inner;
-        WakewordRef {
-            name: w.name.clone(),
-            avg_features: w.avg_features.clone(),
-            samples_features: w.samples_features.clone(),
-            threshold: None,
-            avg_threshold: None,
-            rms_level: w.rms_level,
-            mfcc_size: w.mfcc_size,
-        }
     }
 }
 
@@ -399,36 +381,6 @@ impl Settings {
         }
         Ok(())
     }
-
-    fn rustpotter(&self) -> RustpotterConfig {
-        let mut config = RustpotterConfig::default();
-        // fmt stays at rustpotter's default: 16 kHz mono f32, no resampling inside.
-        let d = &mut config.detector;
-        d.threshold = self.threshold;
-        d.avg_threshold = self.avg_threshold;
-        d.min_scores = self.min_scores;
-        d.eager = self.eager;
-        d.score_ref = self.score_ref;
-        d.band_size = self.band_size;
-        d.score_mode = match self.score_mode {
-            ScoreMode::Max => rustpotter::ScoreMode::Max,
-            ScoreMode::Average => rustpotter::ScoreMode::Average,
-            ScoreMode::Median => rustpotter::ScoreMode::Median,
-            ScoreMode::P25 => rustpotter::ScoreMode::P25,
-            ScoreMode::P75 => rustpotter::ScoreMode::P75,
-            ScoreMode::P80 => rustpotter::ScoreMode::P80,
-            ScoreMode::P90 => rustpotter::ScoreMode::P90,
-            ScoreMode::P95 => rustpotter::ScoreMode::P95,
-        };
-        d.vad_mode = match self.vad {
-            Vad::Off => None,
-            Vad::Easy => Some(rustpotter::VADMode::Easy),
-            Vad::Medium => Some(rustpotter::VADMode::Medium),
-            Vad::Hard => Some(rustpotter::VADMode::Hard),
-        };
-        config.filters.gain_normalizer.enabled = self.gain_normalizer;
-        config
-    }
 }
 
 /// One time a word was heard.
@@ -480,16 +432,14 @@ struct Partial {
 
 /// Listens for one or more wake words in a 16 kHz mono stream.
 pub struct Detector {
-    rustpotter: Rustpotter,
-    /// Each word's recording lengths (in feature frames), to place a match in time.
-    words: HashMap<String, HashMap<String, usize>>,
-    /// The longest recording of any word: rustpotter's window.
-    window_frames: usize,
+    engine: Engine,
+    /// Names of the words listened for.
+    words: Vec<String>,
     /// Samples not yet making a whole frame.
     pending: Vec<f32>,
     /// Stream position of `pending[0]`.
     pending_at: u64,
-    /// The current candidate, while rustpotter waits to see if a better one follows.
+    /// The current candidate, while the engine waits to see if a better one follows.
     partial: Option<Partial>,
     /// The best candidate ever seen (for `wakeword test`'s "closest miss").
     peak: Option<(f32, u64)>,
@@ -498,7 +448,7 @@ pub struct Detector {
 impl std::fmt::Debug for Detector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Detector")
-            .field("words", &self.words.keys().collect::<Vec<_>>())
+            .field("words", &self.words)
             .field("position", &self.position())
             .finish_non_exhaustive()
     }
@@ -508,15 +458,9 @@ impl Detector {
     /// A detector with no words yet.
     pub fn new(settings: &Settings) -> Result<Detector, WakeError> {
         settings.check()?;
-        let rustpotter =
-            Rustpotter::new(&settings.rustpotter()).map_err(|message| WakeError::Detector {
-                name: String::new(),
-                message,
-            })?;
         Ok(Detector {
-            rustpotter,
-            words: HashMap::new(),
-            window_frames: 0,
+            engine: Engine::new(settings),
+            words: Vec::new(),
             pending: Vec::with_capacity(FRAME_SAMPLES),
             pending_at: 0,
             partial: None,
@@ -534,40 +478,29 @@ impl Detector {
     /// Adds a word (replacing one of the same name). Words must share a feature size.
     pub fn add_word(&mut self, word: &WakeWord) -> Result<(), WakeError> {
         let name = word.name().to_string();
-        self.rustpotter.remove_wakeword(&name);
-        self.rustpotter
-            .add_wakeword_ref(&name, word.to_ref())
+        self.remove_word(&name);
+        self.engine
+            .add_word(word)
             .map_err(|message| WakeError::Detector {
                 name: name.clone(),
                 message,
             })?;
-        self.words.insert(name, word.frame_lengths());
-        self.on_words_changed();
+        self.words.push(name);
+        self.partial = None;
         Ok(())
     }
 
     /// Stops listening for a word; false when there was none of that name.
     pub fn remove_word(&mut self, name: &str) -> bool {
-        let removed = self.rustpotter.remove_wakeword(name);
-        self.words.remove(name);
-        self.on_words_changed();
-        removed
-    }
-
-    fn on_words_changed(&mut self) {
-        self.window_frames = self
-            .words
-            .values()
-            .flat_map(|w| w.values().copied())
-            .max()
-            .unwrap_or(0);
+        self.words.retain(|w| w != name);
         self.partial = None;
+        self.engine.remove_word(name)
     }
 
     /// Forgets the audio heard so far (half-matched phrases included), e.g. after the
     /// spoke spoke itself. Positions keep counting.
     pub fn reset(&mut self) {
-        self.rustpotter.reset();
+        self.engine.reset();
         self.pending_at += self.pending.len() as u64;
         self.pending.clear();
         self.partial = None;
@@ -600,25 +533,23 @@ impl Detector {
             }));
             rest = &rest[take..];
             if self.pending.len() == FRAME_SAMPLES {
-                let frame = std::mem::replace(&mut self.pending, Vec::with_capacity(FRAME_SAMPLES));
                 self.pending_at += FRAME_SAMPLES as u64;
-                if let Some(d) = self.process_frame(frame) {
+                if let Some(d) = self.process_frame() {
                     found.push(d);
                 }
+                self.pending.clear();
             }
         }
         found
     }
 
-    fn process_frame(&mut self, frame: Vec<f32>) -> Option<Detection> {
+    /// Scores the whole frame in `pending`, which ends at `pending_at`.
+    fn process_frame(&mut self) -> Option<Detection> {
         let now = self.pending_at;
-        let detection = self.rustpotter.process_samples(frame);
-        if let Some(d) = detection {
+        if let Some(d) = self.engine.process_frame(&mut self.pending) {
             let partial = self.partial.take();
-            let (start, end) = partial.map_or_else(
-                || self.placement(&d.name, &d.scores, now),
-                |p| (p.start, p.end),
-            );
+            let (start, end) =
+                partial.map_or_else(|| self.placement(d.best_frames, now), |p| (p.start, p.end));
             return Some(Detection {
                 name: d.name,
                 score: d.score,
@@ -630,11 +561,11 @@ impl Detector {
                 proximity_db: 0.0,
             });
         }
-        match self.rustpotter.get_partial_detection() {
+        match self.engine.partial() {
             None => self.partial = None,
             Some(p) => {
                 if self.partial.is_none_or(|old| p.score > old.score) {
-                    let (start, end) = self.placement(&p.name, &p.scores, now);
+                    let (start, end) = self.placement(p.best_frames, now);
                     self.partial = Some(Partial {
                         score: p.score,
                         start,
@@ -649,20 +580,14 @@ impl Detector {
         None
     }
 
-    /// Where the stretch matched by the best recording lies, when the window ends at
-    /// `now`. rustpotter compares each recording with the *first* frames of its window
-    /// (as many as the recording has), so a shorter recording's match ends before `now`.
-    fn placement(&self, word: &str, scores: &HashMap<String, f32>, now: u64) -> (u64, u64) {
-        let lengths = self.words.get(word);
-        let best = scores
-            .iter()
-            .max_by(|a, b| a.1.total_cmp(b.1))
-            .and_then(|(name, _)| lengths.and_then(|l| l.get(name)))
-            .copied()
-            .unwrap_or(self.window_frames);
-        let window_start = now.saturating_sub(self.window_frames as u64 * SHIFT_SAMPLES);
-        let start = window_start;
-        let end = (window_start + best as u64 * SHIFT_SAMPLES).min(now);
+    /// Where the stretch matched by the best recording (`best` feature frames long)
+    /// lies, when the window ends at `now`. Each recording is compared with the *first*
+    /// frames of the window (as many as the recording has), so a shorter recording's
+    /// match ends before `now`.
+    fn placement(&self, best: usize, now: u64) -> (u64, u64) {
+        let window = self.engine.window_frames() as u64 * SHIFT_SAMPLES;
+        let start = now.saturating_sub(window);
+        let end = (start + best as u64 * SHIFT_SAMPLES).min(now);
         (start, end)
     }
 }
