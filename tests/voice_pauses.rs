@@ -1,5 +1,5 @@
-//! The end of a command: a speaker who pauses mid-sentence ("add milk to the ...
-//! shopping list") is not cut off, and a finished command still ends after the short
+//! The end of a command: a speaker who pauses mid-sentence ("play some music in the
+//! ... kitchen") is not cut off, and a finished command still ends after the short
 //! hangover. Through `listen` (a recording, positions in audio time) and the real
 //! `run` daemon (a FIFO microphone). Real espeak-ng, real tiny.en weights, the
 //! scripted hub.
@@ -28,11 +28,11 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 
 const STEP: Duration = Duration::from_secs(30);
 
-/// "Add milk to the", 600 ms of silence, "shopping list."
+/// "Play some music in the", 600 ms of silence, "kitchen."
 fn paused_command(spoke: &Spoke) -> Vec<f32> {
-    let mut samples = spoke.espeak("Add milk to the");
+    let mut samples = spoke.espeak("Play some music in the");
     samples.extend(vec![0.0; 9_600]);
-    samples.extend(spoke.espeak("shopping list."));
+    samples.extend(spoke.espeak("kitchen."));
     samples
 }
 
@@ -62,7 +62,7 @@ fn asked(hub: &ScriptedServer) -> String {
 }
 
 fn whole(text: &str) -> bool {
-    text.contains("milk") && text.contains("shopping list")
+    text.contains("music") && text.contains("kitchen")
 }
 
 /// `listen --no-wake` over `samples`: its stdout.

@@ -57,7 +57,7 @@ impl Recording {
             match self.transcriber.transcribe(&paused.samples) {
                 Ok(transcript) => {
                     let text = clean_transcript(&transcript.text);
-                    let finished = sounds_finished(&text);
+                    let finished = sounds_finished(&text, transcript.last_word_probability);
                     say(format!(
                         "{:7.2} s  paused: {text:?} sounds {}",
                         secs(self.listener.position()),

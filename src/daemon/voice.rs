@@ -1058,7 +1058,7 @@ impl Conversation {
         self.judging = None;
         if let Some(transcript) = transcript {
             let text = clean_transcript(&transcript.text);
-            let finished = turn_end::sounds_finished(&text);
+            let finished = turn_end::sounds_finished(&text, transcript.last_word_probability);
             tracing::debug!(%text, finished, "the speaker paused");
             if finished {
                 let _ = self.control.send(Control::Finish(end));

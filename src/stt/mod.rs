@@ -87,6 +87,10 @@ pub struct Transcript {
     pub inference: Duration,
     /// The encoder's audio context used, in frames (1500 = the full 30 s window).
     pub audio_ctx: usize,
+    /// How sure the decoder was of the last word (its least likely token, 0-1; 1 with
+    /// no words). Whisper tends to finish a sentence cut off mid-way with a word of its
+    /// own ("set a timer for it."), and such words are often unsure ones.
+    pub last_word_probability: f32,
 }
 
 /// A loaded model, ready to transcribe. Transcriptions run one at a time (two at once
@@ -207,11 +211,27 @@ impl Transcriber {
             .full(params, input)
             .map_err(|e| SttError::Inference(e.to_string()))?;
         let mut text = String::new();
+        let mut last_word_probability = 1.0f32;
         for segment in state.as_iter() {
             let piece = segment
                 .to_str_lossy()
                 .map_err(|e| SttError::Inference(e.to_string()))?;
             text.push_str(&piece);
+            for token in (0..segment.n_tokens()).filter_map(|i| segment.get_token(i)) {
+                let Ok(piece) = token.to_str_lossy() else {
+                    continue;
+                };
+                // Special tokens ("[_EOT_]") and punctuation are not words.
+                if piece.starts_with("[_") || !piece.chars().any(char::is_alphanumeric) {
+                    continue;
+                }
+                let p = token.token_probability();
+                last_word_probability = if piece.starts_with(' ') {
+                    p
+                } else {
+                    last_word_probability.min(p)
+                };
+            }
         }
         let inference = started.elapsed();
         let text = text.trim().to_string();
@@ -228,6 +248,7 @@ impl Transcriber {
             audio,
             inference,
             audio_ctx: audio_ctx.min(self.model_ctx),
+            last_word_probability,
         })
     }
 }
