@@ -114,9 +114,11 @@ fn record_takes(config: &Config, name: &str, takes: usize, dir: &Path) -> Result
             _ => std::thread::sleep(Duration::from_millis(50)),
         }
     }
+    // Nobody transcribes the takes: silence alone ends them.
     let vad = VadSettings {
         max_utterance_ms: 4_000,
         no_speech_timeout_ms: 8_000,
+        mid_sentence_ms: 0,
         ..config.vad.settings()
     };
     let frames = capture.frames();

@@ -22,7 +22,7 @@ const UNFINISHED: &[&str] = &[
     // English: articles, possessives, prepositions, conjunctions, fillers.
     "a", "the", "my", "your", "our", "their", "to", "for", "of", "with", "from", "into",
     "at", "by", "about", "than", "and", "or", "but", "because", "if", "when", "um", "uh",
-    "erm", "hmm", "what's", "that", "set", "turn", "tell", "remind",
+    "erm", "hmm", "what's",
     // German
     "der", "die", "das", "den", "dem", "des", "ein", "eine", "einen", "einem", "einer",
     "mein", "meine", "meinen", "dein", "deine", "zu", "zum", "zur", "für", "von", "vom",

@@ -502,6 +502,7 @@ impl Voice {
                 .filter(|_| settings.arbitration_ms > 0)
                 .map(|link| Arbiter::new(link, Duration::from_millis(settings.arbitration_ms))),
             round: None,
+            lost_from: None,
             paused: paused_rx,
             judged,
             judged_tx,
@@ -616,6 +617,9 @@ struct Conversation {
     arbiter: Option<Arbiter>,
     /// A wake word heard here, waiting for the other spokes' claims.
     round: Option<Round>,
+    /// Lost a round to a spoke that heard the wake word ending here: the command
+    /// captured after it is dropped if it still arrives.
+    lost_from: Option<u64>,
     /// Commands so far whose speaker paused, to be judged finished or not.
     paused: mpsc::UnboundedReceiver<Command>,
     /// Transcripts of paused commands, judged finished or not, as they are made.
@@ -647,6 +651,9 @@ struct Arbiter {
     /// Claims of the last few seconds: device, claim, arrival.
     recent: VecDeque<(String, WakeClaim, Instant)>,
 }
+
+/// The level a spoke that is talking or answering claims: above any measured one.
+const BUSY_PROXIMITY_DB: f32 = 200.0;
 
 /// How far apart two detections of one utterance can be.
 const ROUND_SPAN: Duration = Duration::from_millis(1_500);
@@ -863,7 +870,8 @@ impl Conversation {
     /// Says or rings what waits in `later`, unless a turn runs or someone is being
     /// listened to. While ringing, only more due timers join in; the rest waits.
     fn deliver(&mut self, turn_running: bool) {
-        if turn_running || self.listening || self.answer.is_some() {
+        // During a round the listener is capturing the command: nothing may replace it.
+        if turn_running || self.listening || self.answer.is_some() || self.round.is_some() {
             return;
         }
         let mut held = VecDeque::new();
@@ -980,6 +988,21 @@ impl Conversation {
             }
             heard => heard,
         };
+        if let Some(from) = self.lost_from.take() {
+            let start = match &heard {
+                Heard::Command(c) => Some(c.start),
+                Heard::NoSpeech { at } => Some(*at),
+                Heard::Woke(_) => None,
+            };
+            if start.is_some_and(|s| s >= from)
+                && !self.listening
+                && self.answer.is_none()
+                && self.ringing.is_none()
+            {
+                tracing::debug!("dropped what was heard after losing the round");
+                return;
+            }
+        }
         let Some(heard) = self.answer_with(heard) else {
             return;
         };
@@ -1006,7 +1029,9 @@ impl Conversation {
         }
         match heard {
             Heard::Woke(detection) => {
-                if !self.open_round(&detection) {
+                self.lost_from = None;
+                let busy = turn.is_some() || self.pipeline.speaker().busy();
+                if !self.open_round(&detection, busy) {
                     self.woke(&detection, turn);
                 }
             }
@@ -1044,11 +1069,22 @@ impl Conversation {
         let stt = self.pipeline.transcriber.clone();
         let done = self.judged_tx.clone();
         tokio::task::spawn_blocking(move || {
-            let transcript = stt.transcribe(&command.samples);
-            if let Err(error) = &transcript {
-                tracing::warn!("speech to text failed on a pause: {error}");
-            }
-            let _ = done.send((command.end, transcript.ok()));
+            // Always answered, even if whisper panics: the loop waits for it.
+            let transcript = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                stt.transcribe(&command.samples)
+            }));
+            let transcript = match transcript {
+                Ok(Ok(transcript)) => Some(transcript),
+                Ok(Err(error)) => {
+                    tracing::warn!("speech to text failed on a pause: {error}");
+                    None
+                }
+                Err(_) => {
+                    tracing::error!("speech to text panicked on a pause");
+                    None
+                }
+            };
+            let _ = done.send((command.end, transcript));
         });
     }
 
@@ -1092,16 +1128,22 @@ impl Conversation {
     /// window before acting on it (the command is captured meanwhile). False when this
     /// spoke answers at once: arbitration is off, nobody else is online, the broker
     /// is unreachable.
-    fn open_round(&mut self, detection: &Detection) -> bool {
+    fn open_round(&mut self, detection: &Detection, busy: bool) -> bool {
         let Some(arbiter) = &mut self.arbiter else {
             return false;
         };
         if !arbiter.link.peers_online() {
             return false;
         }
+        // A spoke that is talking hears its own voice in its room's floor, so its
+        // level reads low; but the person is most likely interrupting it.
         let claim = WakeClaim {
             schema: crate::mqtt::protocol::SCHEMA_VERSION,
-            proximity_db: detection.proximity_db,
+            proximity_db: if busy {
+                BUSY_PROXIMITY_DB
+            } else {
+                detection.proximity_db
+            },
             score: detection.score,
         };
         if !arbiter.link.claim_wake(&claim) {
@@ -1141,6 +1183,16 @@ impl Conversation {
                     proximity_db = format!("{:.1}", round.claim.proximity_db),
                     "another spoke answers: {why}"
                 );
+                // The capture may end before the cancel reaches it (or be waiting
+                // for its transcript): what it delivers is not this spoke's to answer.
+                self.lost_from = Some(round.detection.end);
+                if self
+                    .waiting
+                    .as_ref()
+                    .is_some_and(|(c, _)| c.start >= round.detection.end)
+                {
+                    self.waiting = None;
+                }
                 // The command was being captured: drop it unless it already ended.
                 if !round.held.iter().any(|(h, _)| !matches!(h, Heard::Woke(_))) {
                     let _ = self.control.send(Control::Cancel);
@@ -1202,7 +1254,7 @@ impl Conversation {
                     turn = None;
                     release_memory();
                     match outcome {
-                        Ok(outcome) if outcome.asked && self.settings.follow_up_ms > 0 && queued.is_none() => {
+                        Ok(outcome) if outcome.asked && self.settings.follow_up_ms > 0 && queued.is_none() && self.round.is_none() => {
                             self.listening = true;
                             let _ = self.control.send(Control::Listen(self.settings.follow_up_ms));
                             self.show("Listening for an answer");
