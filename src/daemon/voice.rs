@@ -1030,8 +1030,7 @@ impl Conversation {
         match heard {
             Heard::Woke(detection) => {
                 self.lost_from = None;
-                let busy = turn.is_some() || self.pipeline.speaker().busy();
-                if !self.open_round(&detection, busy) {
+                if !self.open_round(&detection, self.busy(turn)) {
                     self.woke(&detection, turn);
                 }
             }
@@ -1108,10 +1107,15 @@ impl Conversation {
         Some((self.guess.attach(Heard::Command(command)), at))
     }
 
+    /// Whether the spoke is answering or talking.
+    fn busy(&self, turn: &Option<Turn>) -> bool {
+        turn.is_some() || self.pipeline.speaker().busy()
+    }
+
     /// This spoke answers the wake word: interrupt what it was doing, listen.
     fn woke(&mut self, detection: &Detection, turn: &mut Option<Turn>) {
         self.listening = true;
-        let busy = turn.is_some() || self.pipeline.speaker().busy();
+        let busy = self.busy(turn);
         tracing::info!(word = %detection.name, score = format!("{:.2}", detection.score), proximity_db = format!("{:.1}", detection.proximity_db), busy, "wake word");
         if busy && self.settings.interrupt {
             if let Some(t) = turn.take() {
