@@ -18,8 +18,8 @@ use rumqttc::v5::{AsyncClient, Event, MqttOptions};
 use serde_json::Value;
 use strawberry_spoke::config::Config;
 use strawberry_spoke::daemon::Spoke;
-use strawberry_spoke::device::NeverConfirm;
 use strawberry_spoke::mqtt::{Link, LinkSettings, Role};
+use strawberry_spoke::skills::policy::NeverConfirm;
 
 const CALLS: usize = 10_000;
 const WARMUP: usize = 500;

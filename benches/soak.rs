@@ -28,10 +28,10 @@ use serde_json::Value;
 use strawberry_spoke::agent::{Agent, TurnEvent};
 use strawberry_spoke::config::{Config, EndpointConfig};
 use strawberry_spoke::daemon::Spoke;
-use strawberry_spoke::device::NeverConfirm;
 use strawberry_spoke::mqtt::{Link, LinkSettings, Role};
 use strawberry_spoke::sandbox::Sandbox;
 use strawberry_spoke::skills::Registry;
+use strawberry_spoke::skills::policy::NeverConfirm;
 
 /// Most RSS growth allowed between the early and the final measurement.
 const RSS_GROWTH_LIMIT: f64 = 0.05;

@@ -1,13 +1,15 @@
 """faster-whisper's side of benches/stt.rs: same model, same WAVs, same thread count.
 
-Usage: python stt_faster_whisper.py MODEL_DIR THREADS COMPUTE_TYPE REPS WAV...
-Prints one JSON object: load seconds, per-pass seconds (sum over the WAVs), transcripts.
+Usage: python stt_faster_whisper.py MODEL_DIR THREADS COMPUTE_TYPE REPS LANGUAGE WAV...
+Prints one JSON object: load seconds, per-pass seconds (sum over the WAVs), transcripts,
+the language of each and the process's peak RSS (KiB).
 Audio is decoded before the clock starts, as on the spoke's side; decoding is greedy
 (beam_size=1, as whisper.cpp's greedy sampler), without timestamps, VAD or context:
 faster-whisper's fastest settings for short commands.
 """
 
 import json
+import resource
 import sys
 import time
 
@@ -16,16 +18,17 @@ from faster_whisper import WhisperModel, decode_audio
 
 def main():
     model_dir, threads, compute_type, reps = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    wavs = sys.argv[5:]
+    language = sys.argv[5]
+    wavs = sys.argv[6:]
     started = time.perf_counter()
     model = WhisperModel(model_dir, device="cpu", compute_type=compute_type, cpu_threads=threads, num_workers=1)
     load = time.perf_counter() - started
     audios = [decode_audio(w, sampling_rate=16000) for w in wavs]
 
     def run(audio):
-        segments, _ = model.transcribe(
+        segments, info = model.transcribe(
             audio,
-            language="en",
+            language=language,
             beam_size=1,
             best_of=1,
             temperature=0.0,
@@ -34,18 +37,23 @@ def main():
             vad_filter=False,
         )
         # Segments are produced lazily: the work happens while iterating.
-        return "".join(s.text for s in segments).strip()
+        return "".join(s.text for s in segments).strip(), info.language
 
     run(audios[0])  # warm-up, as on the spoke's side
     passes = []
     texts = []
+    languages = []
     for _ in range(reps):
         texts = []
+        languages = []
         started = time.perf_counter()
         for audio in audios:
-            texts.append(run(audio))
+            text, heard = run(audio)
+            texts.append(text)
+            languages.append(heard)
         passes.append(time.perf_counter() - started)
-    json.dump({"load": load, "passes": passes, "texts": texts}, sys.stdout)
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    json.dump({"load": load, "passes": passes, "texts": texts, "languages": languages, "rss_kb": rss_kb}, sys.stdout)
 
 
 if __name__ == "__main__":

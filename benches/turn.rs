@@ -138,6 +138,7 @@ fn bench_catalogue(c: &mut Criterion, classes: usize, per_class: usize) {
         local_time: &time,
         mode: CodeMode::Fenced,
         budget_tokens: config.agent.prompt_budget_tokens,
+        language: None,
     };
     c.bench_function(&format!("prompt/{functions}_functions"), |b| {
         b.iter(|| {

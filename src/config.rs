@@ -104,6 +104,9 @@ pub struct TtsConfig {
     /// espeak-ng: a voice name (`en-us`, `en-gb+f3`; `espeak-ng --voices` lists them).
     /// piper: the `.onnx` voice file, with its `.onnx.json` beside it.
     pub voice: String,
+    /// Voices for other languages, by language code: `{ de = "de", fr = "fr-fr" }`, or
+    /// piper `.onnx` files. espeak-ng finds its own voice for a language not listed.
+    pub voices: std::collections::BTreeMap<String, String>,
     /// espeak-ng: speed in words per minute.
     pub rate_wpm: u32,
     /// Longest one sentence may take to synthesise.
@@ -117,6 +120,7 @@ impl Default for TtsConfig {
             engine: s.engine,
             program: s.program,
             voice: s.voice,
+            voices: s.voices,
             rate_wpm: s.rate_wpm,
             timeout_ms: millis(s.timeout),
         }
@@ -130,6 +134,7 @@ impl TtsConfig {
             engine: self.engine,
             program: self.program.clone(),
             voice: self.voice.clone(),
+            voices: self.voices.clone(),
             rate_wpm: self.rate_wpm,
             timeout: Duration::from_millis(self.timeout_ms),
         }
@@ -305,14 +310,18 @@ pub struct SandboxConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SttConfig {
-    /// A ggml Whisper model file (e.g. `ggml-tiny.en-q8_0.bin`; `strawberry-spoke model
-    /// import-ct2` makes one from a faster-whisper model). Default:
-    /// `models/ggml-tiny.en-q8_0.bin` in the working directory.
+    /// A ggml Whisper model file (`packaging/fetch-model.sh` fetches one; `strawberry-spoke
+    /// model import-ct2` makes one from a faster-whisper model). Default:
+    /// `models/ggml-base-q8_0.bin` in the working directory.
     pub model: PathBuf,
     /// CPU threads for inference. Default: the number of cores, at most 4.
     pub threads: usize,
-    /// Spoken language (`en`, `de`, ...) or `auto` (multilingual models only).
+    /// Spoken language (`en`, `de`, ...), or `auto`: detected per command with a
+    /// multilingual model, English with an English-only one.
     pub language: String,
+    /// With `auto`: the household's languages, which detection chooses among (empty:
+    /// any of Whisper's 99; two to four make detection far more reliable).
+    pub languages: Vec<String>,
 }
 
 /// `[audio]`: the microphone and the speaker.
@@ -669,9 +678,10 @@ impl Default for SandboxConfig {
 impl Default for SttConfig {
     fn default() -> Self {
         SttConfig {
-            model: PathBuf::from("models/ggml-tiny.en-q8_0.bin"),
+            model: PathBuf::from("models/ggml-base-q8_0.bin"),
             threads: std::thread::available_parallelism().map_or(2, |n| n.get().min(4)),
-            language: "en".into(),
+            language: "auto".into(),
+            languages: Vec::new(),
         }
     }
 }
@@ -683,6 +693,7 @@ impl SttConfig {
             model: self.model.clone(),
             threads: self.threads,
             language: self.language.clone(),
+            languages: self.languages.clone(),
         }
     }
 }
@@ -969,16 +980,48 @@ impl Config {
             });
         }
         self.validate_audio(origin)?;
+        let is_code =
+            |l: &str| (2..=3).contains(&l.len()) && l.chars().all(|c| c.is_ascii_lowercase());
         let language = &self.stt.language;
-        if !(language == "auto"
-            || (2..=3).contains(&language.len())
-                && language.chars().all(|c| c.is_ascii_lowercase()))
-        {
+        if !(language == "auto" || is_code(language)) {
             return Err(ConfigError::Invalid {
                 origin: origin("stt.language"),
                 key: "stt.language".into(),
                 message: format!(
                     "{language:?} is not a language code: use a code like \"en\" or \"de\", or \"auto\""
+                ),
+            });
+        }
+        if let Some(bad) = self.stt.languages.iter().find(|l| !is_code(l)) {
+            return Err(ConfigError::Invalid {
+                origin: origin("stt.languages"),
+                key: "stt.languages".into(),
+                message: format!(
+                    "{bad:?} is not a language code: list codes like [\"en\", \"de\"]"
+                ),
+            });
+        }
+        let bad_voice = self
+            .tts
+            .voices
+            .iter()
+            .find(|(language, voice)| !is_code(language) || voice.trim().is_empty());
+        if let Some((language, voice)) = bad_voice {
+            return Err(ConfigError::Invalid {
+                origin: origin("tts.voices"),
+                key: "tts.voices".into(),
+                message: format!(
+                    "{language:?} = {voice:?}: map a language code to a voice, e.g. {{ de = \"de\" }}"
+                ),
+            });
+        }
+        if self.stt.languages.len() > 16 {
+            return Err(ConfigError::Invalid {
+                origin: origin("stt.languages"),
+                key: "stt.languages".into(),
+                message: format!(
+                    "{} languages: list at most 16 (the household's; leave it empty for all)",
+                    self.stt.languages.len()
                 ),
             });
         }
@@ -1498,7 +1541,8 @@ mod tests {
     #[test]
     fn stt_section_defaults_paths_and_checks() {
         let config = Config::load(None, env(&[])).unwrap();
-        assert_eq!(config.stt.language, "en");
+        assert_eq!(config.stt.language, "auto");
+        assert!(config.stt.languages.is_empty());
         assert!((1..=4).contains(&config.stt.threads));
 
         let dir = tempfile::tempdir().unwrap();
@@ -1522,6 +1566,17 @@ mod tests {
             .to_string();
         assert!(
             err.contains("stt.language") && err.contains("\"en\""),
+            "{err}"
+        );
+        let household = write("[stt]\nlanguages = [\"de\", \"en\"]\n");
+        let config = Config::load(Some(household.path()), env(&[])).unwrap();
+        assert_eq!(config.stt.settings().languages, ["de", "en"]);
+        let bad = write("[stt]\nlanguages = [\"de\", \"Deutsch\"]\n");
+        let err = Config::load(Some(bad.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("stt.languages") && err.contains("Deutsch"),
             "{err}"
         );
     }

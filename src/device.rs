@@ -1,8 +1,9 @@
 //! The `device` object model-written code sees (DESIGN.md 2.1), wired to the skills.
 //!
 //! The sandbox only ferries [`DeviceRequest`]s across; this is where they get their
-//! meaning and where policy lives: a function marked `@no_model` is refused, and one
-//! marked `@confirm` runs only after a person said yes. Every error is a sentence the
+//! meaning: which device a call goes to, and what search and info say. Whether a call
+//! may run (`@no_model`, `@confirm`) is [`crate::skills::policy`]'s decision, the same
+//! one the MQTT server applies to other devices' calls. Every error is a sentence the
 //! model can act on, because it reads them and tries again.
 //!
 //! With an MQTT [`Link`], skills of other spokes join the local ones (DESIGN.md 2.1):
@@ -14,7 +15,6 @@
 //! device alone.
 
 use std::collections::HashMap;
-use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -22,70 +22,20 @@ use serde_json::{Value, json};
 use crate::mqtt::Link;
 use crate::mqtt::peers::{Peer, Peers};
 use crate::sandbox::{DeviceHandler, DeviceRequest};
+use crate::skills::policy::{AllowList, Caller, Confirm, Policy};
 use crate::skills::search::Doc;
 use crate::skills::watch::LiveRegistry;
 use crate::skills::{Registry, SkillFunction};
+use crate::text::normalise;
 
 /// How many results `device.search_skills` returns at most.
 const SEARCH_LIMIT: usize = 20;
-
-/// A call to a `@confirm` function waiting for a person's yes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Asking {
-    /// The call, readable: `NotesSkill.clear("shopping")`, with ` on Kitchen` when
-    /// another device hosts it.
-    pub call: String,
-    /// The same as a question to say aloud: "Shall I clear a list, with name shopping?"
-    pub question: String,
-}
-
-/// Asks a person whether a skill call marked `@confirm` may run.
-pub trait Confirm: Send + Sync {
-    /// Returns true when the person agreed to the call.
-    fn confirm(&self, asking: &Asking) -> bool;
-}
-
-/// Asks on the terminal; says no when there is no terminal to ask on.
-pub struct ConsoleConfirm;
-
-impl Confirm for ConsoleConfirm {
-    fn confirm(&self, asking: &Asking) -> bool {
-        let call = &asking.call;
-        let stdin = std::io::stdin();
-        if !stdin.is_terminal() {
-            tracing::warn!(call = %call, "no terminal to ask on: taken as a no");
-            return false;
-        }
-        let mut stderr = std::io::stderr();
-        // The prompt goes to stderr so it never mixes with the script's output.
-        if write!(stderr, "Allow {call}? [y/N] ")
-            .and_then(|()| stderr.flush())
-            .is_err()
-        {
-            return false;
-        }
-        let mut answer = String::new();
-        if stdin.lock().read_line(&mut answer).is_err() {
-            return false;
-        }
-        matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
-    }
-}
-
-/// Says no to everything: for runs with nobody to ask.
-pub struct NeverConfirm;
-
-impl Confirm for NeverConfirm {
-    fn confirm(&self, _asking: &Asking) -> bool {
-        false
-    }
-}
 
 /// The `device` API of this spoke.
 pub struct Device {
     name: String,
     registry: Arc<LiveRegistry>,
-    confirm: Arc<dyn Confirm>,
+    policy: Policy,
     link: Option<Link>,
 }
 
@@ -106,10 +56,13 @@ impl Device {
         registry: Arc<LiveRegistry>,
         confirm: Arc<dyn Confirm>,
     ) -> Self {
+        let name = name.into();
         Device {
-            name: name.into(),
+            // Model code is not a peer: what this device opened to others is the
+            // MQTT server's business, so the allow list here is empty.
+            policy: Policy::new(name.clone(), AllowList::default(), confirm),
+            name,
             registry,
-            confirm,
             link: None,
         }
     }
@@ -287,14 +240,9 @@ impl Device {
         let qualified = format!("{class}.{function}");
         let registry = self.registry.current();
         let f = registry.function(&qualified).map_err(|e| e.to_string())?;
-        if !f.model_callable {
-            return Err(format!(
-                "{qualified} cannot be called from scripts; a person can run it with `strawberry-spoke skills call {qualified}`"
-            ));
-        }
-        if f.confirm {
-            self.ask(f, args, None)?;
-        }
+        self.policy
+            .admit(f, args, Caller::Model)
+            .map_err(|e| e.to_string())?;
         registry
             .call(class, function, args)
             .map_err(|e| e.to_string())
@@ -353,28 +301,11 @@ impl Device {
         args: &[Value],
     ) -> Result<Value, String> {
         crate::skills::bind(f, args).map_err(|e| e.to_string())?;
-        if f.confirm {
-            self.ask(f, args, Some(name))?;
-        }
-        link.call_blocking_as(id, name, &f.class, &f.name, args, f.confirm)
-    }
-
-    /// Asks the person whether `f(args)` may run (on the device `on`, when not here);
-    /// a no is an error the model reads.
-    fn ask(&self, f: &SkillFunction, args: &[Value], on: Option<&str>) -> Result<(), String> {
-        let mut call = format!("{}({})", f.qualified_name(), render_args(args));
-        if let Some(on) = on {
-            call.push_str(&format!(" on {on}"));
-        }
-        let asking = Asking {
-            question: question(f, args, on),
-            call,
-        };
-        if self.confirm.confirm(&asking) {
-            Ok(())
-        } else {
-            Err(format!("the user said no to {}", asking.call))
-        }
+        let confirmed = self
+            .policy
+            .admit_outgoing(f, args, name)
+            .map_err(|e| e.to_string())?;
+        link.call_blocking_as(id, name, &f.class, &f.name, args, confirmed)
     }
 
     /// A call this device cannot serve itself: to the one online device that can.
@@ -607,23 +538,6 @@ impl DeviceHandler for Device {
     }
 }
 
-/// A device name as `devices["..."]` and MQTT topics write it: lowercase ASCII
-/// letters and digits, everything else folded into single `-`.
-pub fn normalise(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for c in name.chars() {
-        if c.is_ascii_alphanumeric() {
-            out.push(c.to_ascii_lowercase());
-        } else if !out.is_empty() && !out.ends_with('-') {
-            out.push('-');
-        }
-    }
-    while out.ends_with('-') {
-        out.pop();
-    }
-    out
-}
-
 fn unknown_class(registry: &Registry, class: &str) -> String {
     let known: Vec<&str> = registry.classes().iter().map(|c| c.name.as_str()).collect();
     if known.is_empty() {
@@ -633,141 +547,5 @@ fn unknown_class(registry: &Registry, class: &str) -> String {
             "no skill class `{class}`; classes here: {}. Use device.search_skills(\"...\") to find a function",
             known.join(", ")
         )
-    }
-}
-
-fn render_args(args: &[Value]) -> String {
-    args.iter()
-        .map(Value::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Words that end like a verb's "-s" but start a summary that is no request.
-const NOT_VERBS: [&str; 9] = ["this", "is", "has", "was", "its", "his", "as", "us", "yes"];
-
-/// The question a person is asked before `f(args)` runs (on the device `on`): the
-/// function's summary turned into a request, "Clears the shopping list." becoming
-/// "Shall I clear the shopping list?", with the argument values by name.
-pub fn question(f: &SkillFunction, args: &[Value], on: Option<&str>) -> String {
-    let what = request(&f.summary).unwrap_or_else(|| format!("run {} of {}", f.name, f.class));
-    let mut text = format!("Shall I {what}");
-    let named: Vec<(String, String)> = match args {
-        [Value::Object(map)] => map.iter().map(|(k, v)| (k.clone(), spoken(v))).collect(),
-        _ => args
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                let name = f.params.get(i).map_or("value", |p| p.name.as_str());
-                (name.replace('_', " "), spoken(v))
-            })
-            .collect(),
-    };
-    let parts: Vec<String> = named.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    if !parts.is_empty() {
-        text.push_str(", with ");
-        text.push_str(&parts.join(", "));
-    }
-    if let Some(on) = on {
-        text.push_str(&format!(", on {on}"));
-    }
-    text.push('?');
-    text
-}
-
-/// "Clears the shopping list." as "clear the shopping list"; `None` when the summary
-/// does not start with a verb.
-fn request(summary: &str) -> Option<String> {
-    let summary = summary.trim().trim_end_matches(['.', '!', '?', ' ']);
-    let (first, rest) = summary.split_once(' ').unwrap_or((summary, ""));
-    if first.is_empty() || !first.chars().all(char::is_alphabetic) {
-        return None;
-    }
-    let word = first.to_lowercase();
-    if NOT_VERBS.contains(&word.as_str()) || ["the", "a", "an"].contains(&word.as_str()) {
-        return None;
-    }
-    let verb = if let Some(stem) = word.strip_suffix("ies") {
-        format!("{stem}y")
-    } else if ["sses", "shes", "ches", "xes", "zes", "oes"]
-        .iter()
-        .any(|end| word.ends_with(end))
-    {
-        word[..word.len() - 2].to_string()
-    } else if word.ends_with('s') && !word.ends_with("ss") {
-        word[..word.len() - 1].to_string()
-    } else {
-        word
-    };
-    Some(format!("{verb} {rest}").trim_end().to_string())
-}
-
-/// A value as it is said: strings without quotes, long ones cut.
-fn spoken(value: &Value) -> String {
-    let text = match value {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    let mut cut: String = text.chars().take(60).collect();
-    if cut.len() < text.len() {
-        cut.push_str("...");
-    }
-    cut
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{normalise, question, request};
-    use serde_json::json;
-
-    #[test]
-    fn summaries_become_questions() {
-        assert_eq!(
-            request("Clears the shopping list.").as_deref(),
-            Some("clear the shopping list")
-        );
-        assert_eq!(request("Empties the bin").as_deref(), Some("empty the bin"));
-        assert_eq!(request("Washes up.").as_deref(), Some("wash up"));
-        assert_eq!(
-            request("Restart the router.").as_deref(),
-            Some("restart the router")
-        );
-        assert_eq!(request("The current time."), None);
-        assert_eq!(request(""), None);
-        let f = crate::skills::SkillFunction {
-            class: "NotesSkill".into(),
-            name: "delete_all".into(),
-            params: vec![crate::skills::Param {
-                name: "list_name".into(),
-                ty: crate::skills::ValueType::String,
-                default: None,
-                description: String::new(),
-            }],
-            returns: crate::skills::ValueType::Unit,
-            returns_doc: String::new(),
-            summary: "Deletes every note in a list.".into(),
-            docstring: String::new(),
-            confirm: true,
-            model_callable: true,
-            remote: false,
-            file: Default::default(),
-            line: 1,
-        };
-        let f = &f;
-        assert_eq!(
-            question(f, &[json!("shopping")], None),
-            "Shall I delete every note in a list, with list name shopping?"
-        );
-        assert_eq!(
-            question(f, &[json!({"list_name": "todo"})], Some("Kitchen")),
-            "Shall I delete every note in a list, with list_name todo, on Kitchen?"
-        );
-    }
-
-    #[test]
-    fn device_names_normalise() {
-        assert_eq!(normalise("Kitchen"), "kitchen");
-        assert_eq!(normalise("Living Room TV"), "living-room-tv");
-        assert_eq!(normalise("  ünïcode -- box! "), "n-code-box");
     }
 }

@@ -16,9 +16,10 @@ use std::time::Duration;
 use mosquitto::Broker;
 use serde_json::{Value, json};
 use strawberry_spoke::config::Config;
-use strawberry_spoke::device::{Asking, Confirm, Device};
+use strawberry_spoke::device::Device;
 use strawberry_spoke::mqtt::{Link, LinkSettings, Role};
 use strawberry_spoke::sandbox::{DeviceHandler, DeviceRequest};
+use strawberry_spoke::skills::policy::{Asking, Confirm};
 use strawberry_spoke::skills::{HostSettings, Registry};
 
 /// One function open to other devices, one not.

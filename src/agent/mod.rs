@@ -33,12 +33,13 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
 use crate::config::{AgentConfig, Config};
-use crate::device::{Asking, Confirm, Device};
+use crate::device::Device;
 use crate::hub::{ChatMessage, CodeMode, HubClient, HubError, ToolCall};
 use crate::mqtt::Link;
 use crate::sandbox::{Cancel, RunOutcome, Sandbox};
 use crate::skills::Registry;
 use crate::skills::deadline;
+use crate::skills::policy::{Asking, Confirm};
 use crate::skills::watch::LiveRegistry;
 use prompt::PromptContext;
 use segment::{Leftover, Segment, Segmenter};
@@ -153,13 +154,15 @@ impl Agent {
 
     /// The system prompt for `utterance`: this device's skills and, with a link, those
     /// of the other devices online now.
-    pub fn system_prompt(&self, utterance: &str) -> String {
+    /// `language`: the name of the language the user spoke ("German"), when known.
+    pub fn system_prompt(&self, utterance: &str, language: Option<&str>) -> String {
         let time = prompt::local_time_now();
         let context = PromptContext {
             device_name: &self.device_name,
             local_time: &time,
             mode: self.mode,
             budget_tokens: self.config.prompt_budget_tokens,
+            language,
         };
         let peers = self.link.as_ref().map(Link::peers);
         prompt::system_prompt(
@@ -174,7 +177,10 @@ impl Agent {
     /// (`strawberry-spoke prompt`).
     pub fn preview(&self, session: &mut Session, utterance: &str) -> Value {
         let (history, _) = session.history(Instant::now());
-        let mut messages = vec![ChatMessage::new("system", self.system_prompt(utterance))];
+        let mut messages = vec![ChatMessage::new(
+            "system",
+            self.system_prompt(utterance, None),
+        )];
         messages.extend(history);
         messages.push(ChatMessage::new("user", utterance));
         self.hub
@@ -194,8 +200,20 @@ impl Agent {
         utterance: &str,
         events: &mpsc::UnboundedSender<TurnEvent>,
     ) -> Result<(), TurnError> {
+        self.turn_in(session, utterance, None, events).await
+    }
+
+    /// [`Agent::turn`] for an utterance whose language is known (its name, "German"):
+    /// the prompt tells the model which language to answer in.
+    pub async fn turn_in(
+        &self,
+        session: &mut Session,
+        utterance: &str,
+        language: Option<&str>,
+        events: &mpsc::UnboundedSender<TurnEvent>,
+    ) -> Result<(), TurnError> {
         let id = TURN_IDS.fetch_add(1, Ordering::Relaxed);
-        let span = tracing::info_span!("turn", id);
+        let span = tracing::info_span!("turn", id, language);
         async {
             let started = Instant::now();
             let (history, expired) = session.history(started);
@@ -204,7 +222,7 @@ impl Agent {
             }
             let mut exchange = vec![ChatMessage::new("user", utterance)];
             let result = self
-                .rounds(&history, &mut exchange, utterance, events)
+                .rounds(&history, &mut exchange, utterance, language, events)
                 .await;
             if let Err(error) = &result {
                 let _ = events.send(TurnEvent::Error(error.to_string()));
@@ -233,10 +251,11 @@ impl Agent {
         history: &[ChatMessage],
         exchange: &mut Vec<ChatMessage>,
         utterance: &str,
+        language: Option<&str>,
         events: &mpsc::UnboundedSender<TurnEvent>,
     ) -> Result<(), TurnError> {
         let built = Instant::now();
-        let system = ChatMessage::new("system", self.system_prompt(utterance));
+        let system = ChatMessage::new("system", self.system_prompt(utterance, language));
         tracing::debug!(
             prompt_us = built.elapsed().as_micros() as u64,
             "prompt built"

@@ -21,11 +21,11 @@ use std::fmt::Write;
 
 use serde_json::{Value, json};
 
-use crate::device::normalise;
 use crate::hub::CodeMode;
 use crate::mqtt::peers::{Peer, Peers};
 use crate::skills::search::{self, Doc};
 use crate::skills::{Example, Registry, SkillFunction};
+use crate::text::normalise;
 
 /// Most few-shot examples in one prompt.
 const MAX_EXAMPLES: usize = 4;
@@ -46,6 +46,8 @@ pub struct PromptContext<'a> {
     pub mode: CodeMode,
     /// Token budget of the whole system prompt.
     pub budget_tokens: usize,
+    /// The language the user spoke, by name ("German"), when speech to text knows it.
+    pub language: Option<&'a str>,
 }
 
 /// The local time as the prompt shows it.
@@ -144,10 +146,14 @@ pub fn system_prompt(
 /// devices online, the rule for reaching them and their keys.
 fn head(context: &PromptContext<'_>, catalogue: &Catalogue<'_>) -> String {
     let mut head = String::new();
+    let answer = match context.language {
+        Some(language) => format!("The user spoke {language}; answer in {language}."),
+        None => "Answer in the language the user spoke.".to_string(),
+    };
     let _ = write!(
         head,
         "You are the voice assistant of the device \"{}\". Local time: {}.\n\
-         Answer in the language the user spoke. Be brief: your words are spoken aloud, so use plain sentences, no markdown, no lists.\n\n",
+         {answer} Be brief: your words are spoken aloud, so use plain sentences, no markdown, no lists.\n\n",
         context.device_name, context.local_time
     );
     match context.mode {
@@ -575,6 +581,7 @@ mod tests {
             local_time: "Monday 23 November 2026, 09:30 (CET)",
             mode: CodeMode::Fenced,
             budget_tokens: budget,
+            language: None,
         };
         system_prompt(registry, peers, &context, utterance)
     }

@@ -238,8 +238,12 @@ pub fn listen(config: &Config, file: &Path, out: Option<&Path>, no_wake: bool) -
 fn print_step(step: Step<'_>, heard_at: Instant) {
     let t = format!("  +{:.2} s", heard_at.elapsed().as_secs_f64());
     match step {
-        Step::Transcribed { text, took } => say(format!(
-            "{t}  transcript ({:.2} s in whisper): {text:?}",
+        Step::Transcribed {
+            text,
+            took,
+            language,
+        } => say(format!(
+            "{t}  transcript ({:.2} s in whisper, {language}): {text:?}",
             took.as_secs_f64()
         )),
         Step::SttFailed(error) => say(format!("{t}  speech to text failed: {error}")),

@@ -14,6 +14,7 @@
 
 pub mod answer;
 pub mod listener;
+pub mod phrases;
 pub mod systemd;
 pub mod turn_end;
 pub mod voice;
@@ -28,10 +29,10 @@ use crate::agent::Agent;
 use crate::audio::Capture;
 use crate::audio::playback::{Output, Player};
 use crate::config::{Config, ConfigError};
-use crate::device::{Confirm, NeverConfirm};
 use crate::hub::{HubClient, HubError};
 use crate::mqtt::{Link, LinkSettings, MqttError, Role};
 use crate::sandbox::Sandbox;
+use crate::skills::policy::{Confirm, NeverConfirm};
 use crate::skills::schedule::{ScheduleFile, Scheduler};
 use crate::skills::services::Spoken;
 use crate::skills::watch::{LiveRegistry, Watcher};

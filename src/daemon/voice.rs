@@ -39,6 +39,7 @@ use tracing::Instrument;
 
 use super::answer::{self, Answer};
 use super::listener::{Command, Guess, Heard, Listener};
+use super::phrases::{self, Phrase};
 use super::systemd::{Heartbeat, Notifier};
 use super::turn_end;
 use crate::agent::{Agent, Session, TurnEvent};
@@ -86,6 +87,8 @@ pub enum Step<'a> {
         text: &'a str,
         /// Time in whisper.cpp.
         took: Duration,
+        /// The language heard (`en`, `de`...).
+        language: &'a str,
     },
     /// Speech to text failed.
     SttFailed(&'a str),
@@ -168,9 +171,11 @@ impl Pipeline {
             Err(error) => return self.failed(&error, report),
         };
         let text = clean_transcript(&transcript.text);
+        self.speaker.set_language(Some(transcript.language));
         report(Step::Transcribed {
             text: &text,
             took: transcript.inference,
+            language: transcript.language,
         });
         if text.is_empty() {
             self.speaker.cue(Cue::Error);
@@ -186,7 +191,8 @@ impl Pipeline {
             };
         }
         self.speaker.output().mark();
-        let (ok, last) = self.turn(&text, report).await;
+        let language = crate::stt::language_name(transcript.language);
+        let (ok, last) = self.turn(&text, language.as_deref(), report).await;
         let speaker = self.speaker.clone();
         let _ = tokio::task::spawn_blocking(move || speaker.wait_done(SPEAKING_LIMIT)).await;
         if let Some(first) = self.speaker.output().first_audio() {
@@ -213,11 +219,17 @@ impl Pipeline {
         }
     }
 
-    /// Runs the conversation turn; returns whether it succeeded and the last sentence.
-    async fn turn(&self, text: &str, report: &Reporter) -> (bool, Option<String>) {
+    /// Runs the conversation turn on `text`, spoken in `language` (its name); returns
+    /// whether it succeeded and the last sentence.
+    async fn turn(
+        &self,
+        text: &str,
+        language: Option<&str>,
+        report: &Reporter,
+    ) -> (bool, Option<String>) {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let mut session = self.session.lock().await;
-        let run = self.agent.turn(&mut session, text, &tx);
+        let run = self.agent.turn_in(&mut session, text, language, &tx);
         tokio::pin!(run);
         let mut result = None;
         let mut last = None;
@@ -272,7 +284,7 @@ impl Pipeline {
             TurnEvent::Confirm { .. } => true,
             TurnEvent::Error(_) => {
                 self.speaker.cue(Cue::Error);
-                self.speaker.say("Sorry, that didn't work.");
+                self.speaker.say(self.phrase(Phrase::DidntWork));
                 true
             }
             TurnEvent::Code(_) | TurnEvent::CodeResult { .. } | TurnEvent::Notice(_) => false,
@@ -290,6 +302,16 @@ impl Pipeline {
             );
             return false;
         };
+        // The question is made of the skill's own words, in the person's language
+        // where the spoke has a frame for it.
+        let asked = match (
+            crate::skills::policy::request_in(question),
+            self.speaker.language(),
+        ) {
+            (Some(request), Some(language)) => phrases::confirm(request, language),
+            _ => question.to_string(),
+        };
+        let question = asked.as_str();
         self.speaker.say(question);
         report(Step::Asked { question });
         let speaker = self.speaker.clone();
@@ -331,7 +353,13 @@ impl Pipeline {
     fn failed(&self, error: &str, report: &Reporter) -> Outcome {
         report(Step::SttFailed(error));
         self.speaker.cue(Cue::Error);
+        self.speaker.say(self.phrase(Phrase::DidntCatch));
         Outcome::default()
+    }
+
+    /// `phrase` in the language of the conversation.
+    fn phrase(&self, phrase: Phrase) -> &'static str {
+        phrases::say(phrase, self.speaker.language().unwrap_or("en"))
     }
 }
 
@@ -1312,8 +1340,12 @@ fn release_memory() {
 /// How `run` logs each stage (journald gets one line per stage, inside the command's span).
 fn log_step(step: Step<'_>) {
     match step {
-        Step::Transcribed { text, took } => {
-            tracing::info!(stt_ms = took.as_millis() as u64, %text, "transcript");
+        Step::Transcribed {
+            text,
+            took,
+            language,
+        } => {
+            tracing::info!(stt_ms = took.as_millis() as u64, language, %text, "transcript");
         }
         Step::SttFailed(error) => tracing::error!("speech to text failed: {error}"),
         Step::Stopped => tracing::info!("stop phrase: speech stopped"),

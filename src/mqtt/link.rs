@@ -19,8 +19,8 @@ use rumqttc::{Outgoing, TlsConfiguration, Transport};
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, watch};
 
-use crate::device::Confirm;
 use crate::skills::deadline;
+use crate::skills::policy::Confirm;
 use crate::skills::watch::LiveRegistry;
 
 use super::peers::{Peers, RegistrationError};

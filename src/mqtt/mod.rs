@@ -24,7 +24,7 @@ mod server;
 mod settings;
 
 pub use link::{Link, Role};
-pub use settings::{AllowList, Broker, LinkSettings, PeerLimits};
+pub use settings::{Broker, LinkSettings, PeerLimits};
 
 /// Why the MQTT link could not start.
 #[derive(Debug, thiserror::Error)]

@@ -15,9 +15,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::device::normalise;
 use crate::skills::search::ClassIndex;
 use crate::skills::{Example, SkillFunction};
+use crate::text::normalise;
 use crate::text::{clean_line, clean_text};
 
 use super::protocol::{ClassEntry, OFFLINE, ONLINE, Registration, valid_identifier};

@@ -12,16 +12,16 @@ use rumqttc::v5::mqttbytes::v5::{Publish, PublishProperties};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use crate::device::{Asking, Confirm};
+use crate::skills::policy::{Caller, Confirm, Policy};
 use crate::skills::watch::LiveRegistry;
+use crate::text::clean_line;
 
 use super::protocol::{CallRequest, CallResponse, SCHEMA_VERSION, Topics};
-use super::settings::{AllowList, LinkSettings};
-use crate::text::clean_line;
+use super::settings::LinkSettings;
 
 /// Largest correlation data echoed back.
 const MAX_CORRELATION: usize = 256;
-/// Longest `from` shown in a confirmation prompt or log line, in characters.
+/// Longest `from` shown in a log line, in characters.
 const MAX_FROM: usize = 64;
 
 /// Where an answer goes.
@@ -35,14 +35,13 @@ pub(super) struct Server {
     client: AsyncClient,
     topics: Topics,
     device_name: String,
-    allow: AllowList,
+    policy: Policy,
     max_payload: usize,
     max_concurrent: usize,
     running: Arc<Semaphore>,
     /// Calls answered `busy` so far (logged at powers of two, not each).
     busy: AtomicU64,
     skills: Arc<LiveRegistry>,
-    confirm: Arc<dyn Confirm>,
 }
 
 impl Server {
@@ -56,13 +55,16 @@ impl Server {
             client,
             topics: settings.topics.clone(),
             device_name: settings.device_name.clone(),
-            allow: settings.allow.clone(),
+            policy: Policy::new(
+                settings.device_name.clone(),
+                settings.allow.clone(),
+                confirm,
+            ),
             max_payload: settings.max_payload,
             max_concurrent: settings.max_concurrent,
             running: Arc::new(Semaphore::new(settings.max_concurrent)),
             busy: AtomicU64::new(0),
             skills,
-            confirm,
         }
     }
 
@@ -206,50 +208,14 @@ impl Server {
                 self.device_name
             ));
         };
-        if !self.allow.permits(f) {
-            return Err(if !f.model_callable {
-                format!("{qualified} can never be called from another device")
-            } else {
-                format!(
-                    "{qualified} is not open to other devices; mark it `@remote` in its skill file or add it to mqtt.remote_allow on `{}`",
-                    self.device_name
-                )
-            });
-        }
-        // The caller's name and arguments are shown to a person and logged: no escape
-        // sequences or bidirectional overrides from the network get that far.
+        let caller = Caller::Peer {
+            from: &request.from,
+            confirmed: request.confirmed,
+        };
+        self.policy
+            .admit(f, &request.args, caller)
+            .map_err(|e| e.to_string())?;
         let from: String = clean_line(&request.from).chars().take(MAX_FROM).collect();
-        // The person to ask is where the conversation happens: a caller that asked its
-        // user says so with `confirmed`. Otherwise only someone at this device can
-        // allow the call (`serve` on a terminal); `run` has nobody to ask and refuses.
-        if f.confirm && !request.confirmed {
-            let from = if from.is_empty() {
-                "another device"
-            } else {
-                from.as_str()
-            };
-            let asking = Asking {
-                call: clean_line(&format!(
-                    "{qualified}({}) from {from}",
-                    request
-                        .args
-                        .iter()
-                        .map(Value::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )),
-                question: format!(
-                    "{} (asked by {from})",
-                    clean_line(&crate::device::question(f, &request.args, None))
-                ),
-            };
-            if !self.confirm.confirm(&asking) {
-                return Err(format!(
-                    "the user of `{}` did not allow {} (the calling device did not confirm it with its own user: \"confirmed\": true)",
-                    self.device_name, asking.call
-                ));
-            }
-        }
         tracing::debug!(function = %qualified, %from, "serving a remote call");
         registry
             .call(&request.class, &request.function, &request.args)

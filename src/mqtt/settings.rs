@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::skills::SkillFunction;
+use crate::skills::policy::AllowList;
 
 use super::MqttError;
 use super::protocol::Topics;
@@ -65,33 +65,6 @@ impl Broker {
     /// Whether the broker is on this machine.
     pub fn is_loopback(&self) -> bool {
         self.host == "localhost" || self.host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
-    }
-}
-
-/// The skills other devices may call: those their skill file marks `@remote`, plus those
-/// `mqtt.remote_allow` names.
-///
-/// Why opt-in: any client of the broker can call what is open, so a function that stores
-/// or reveals something (notes, a command) must not be open just because it exists.
-#[derive(Debug, Clone)]
-pub struct AllowList(Vec<String>);
-
-impl AllowList {
-    /// From the configured entries.
-    pub fn new(entries: Vec<String>) -> AllowList {
-        AllowList(entries)
-    }
-
-    /// Whether other devices may call `f`: never a `@no_model` function; a `@remote` one
-    /// always; otherwise when `mqtt.remote_allow` names it, its class, or `*` (which
-    /// leaves out `@confirm` functions).
-    pub fn permits(&self, f: &SkillFunction) -> bool {
-        f.model_callable
-            && (f.remote
-                || self
-                    .0
-                    .iter()
-                    .any(|e| (e == "*" && !f.confirm) || *e == f.class || *e == f.qualified_name()))
     }
 }
 

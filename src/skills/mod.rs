@@ -12,6 +12,7 @@ pub mod deadline;
 mod doc;
 pub mod host_api;
 mod loader;
+pub mod policy;
 pub mod schedule;
 pub mod search;
 pub mod services;

@@ -9,6 +9,16 @@
 //!
 //! Input is 16 kHz mono f32 ([`audio`] turns any WAV into that). Models are ggml files;
 //! [`ct2`] makes one from a faster-whisper (CTranslate2) model.
+//!
+//! Language: with `auto` and a multilingual model the language is detected per
+//! utterance. whisper.cpp's own detection encodes the full 30 s window once more before
+//! transcribing (it runs before the fitted audio context applies), which tripled the
+//! time of a short command. Here the utterance is transcribed in the language heard
+//! last, and the language is then read from the encoder output that transcription
+//! left behind: one decoder step on the start-of-transcript token, its language logits
+//! compared among the household's languages only. Only when that differs is the
+//! command transcribed again, so a household that speaks one language at a time pays
+//! for detection with one decoder step.
 
 pub mod audio;
 pub mod ct2;
@@ -18,7 +28,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use whisper_rs::{FullParams, SamplingStrategy, WhisperContext, WhisperContextParameters};
+use whisper_rs::{
+    FullParams, SamplingStrategy, WhisperContext, WhisperContextParameters, WhisperState,
+};
 
 /// The sample rate Whisper works at.
 pub const SAMPLE_RATE: u32 = crate::audio::SAMPLE_RATE;
@@ -49,6 +61,9 @@ pub struct Settings {
     pub threads: usize,
     /// Spoken language (`en`, `de`...), or `auto` to detect it (multilingual models).
     pub language: String,
+    /// With `auto`: the languages detection chooses among (empty: all Whisper knows).
+    /// Among two to four, detection is far more reliable than among 99.
+    pub languages: Vec<String>,
 }
 
 /// Why speech to text failed. Each names the model file or the problem and the fix.
@@ -71,6 +86,16 @@ pub enum SttError {
         "whisper.cpp could not load {path}: {message} (is it a complete ggml Whisper model? the log above says more)"
     )]
     ModelLoad { path: PathBuf, message: String },
+    /// A language code Whisper does not know.
+    #[error(
+        "{setting}: {code:?} is not a language Whisper knows; use a code such as \"en\", \"de\", \"fr\" or \"es\""
+    )]
+    UnknownLanguage { setting: &'static str, code: String },
+    /// A language other than English asked of an English-only model.
+    #[error(
+        "{path} understands English only, and stt.language is {code:?}: use a multilingual model (see the README's speech-to-text section) or stt.language = \"en\""
+    )]
+    EnglishOnly { path: PathBuf, code: String },
     /// Inference failed.
     #[error("speech to text failed: {0}")]
     Inference(String),
@@ -91,14 +116,28 @@ pub struct Transcript {
     /// no words). Whisper tends to finish a sentence cut off mid-way with a word of its
     /// own ("set a timer for it."), and such words are often unsure ones.
     pub last_word_probability: f32,
+    /// The language spoken (`en`, `de`...): the configured one, or the one detected.
+    pub language: &'static str,
+}
+
+/// Which language an utterance is transcribed in.
+#[derive(Debug, Clone, PartialEq)]
+enum Language {
+    /// Always this one (Whisper's language id).
+    Fixed(i32),
+    /// Detected per utterance among these ids (never empty).
+    Detect(Vec<i32>),
 }
 
 /// A loaded model, ready to transcribe. Transcriptions run one at a time (two at once
 /// would only split the same cores), each with a fresh whisper.cpp state.
 pub struct Transcriber {
     context: WhisperContext,
-    busy: Mutex<()>,
+    /// Held while transcribing; holds the language heard last, the first guess for
+    /// the next utterance.
+    busy: Mutex<i32>,
     settings: Settings,
+    language: Language,
     model_ctx: usize,
     load_time: Duration,
 }
@@ -107,6 +146,7 @@ impl std::fmt::Debug for Transcriber {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Transcriber")
             .field("settings", &self.settings)
+            .field("language", &self.language)
             .field("model_ctx", &self.model_ctx)
             .field("load_time", &self.load_time)
             .finish_non_exhaustive()
@@ -130,17 +170,24 @@ impl Transcriber {
         // Made once here only to fail early on a model whisper.cpp cannot run.
         drop(context.create_state().map_err(load_err)?);
         let model_ctx = usize::try_from(context.model_n_audio_ctx()).unwrap_or(1500);
+        let language = language_of(settings, context.is_multilingual())?;
+        let first = match &language {
+            Language::Fixed(id) => *id,
+            Language::Detect(ids) => ids[0],
+        };
         let load_time = started.elapsed();
         tracing::info!(
             model = %path.display(),
             ms = load_time.as_millis() as u64,
             threads = settings.threads,
+            language = ?language,
             "speech-to-text model loaded"
         );
         Ok(Transcriber {
             context,
-            busy: Mutex::new(()),
+            busy: Mutex::new(first),
             settings: settings.clone(),
+            language,
             model_ctx,
             load_time,
         })
@@ -169,16 +216,63 @@ impl Transcriber {
             samples
         };
         let audio_ctx = fitted_audio_ctx(input.len(), self.model_ctx);
+        let mut last_heard = self
+            .busy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A state per utterance: whisper.cpp grows its compute buffers on first use
+        // and never shrinks them, so a kept state holds ~25 MB while the spoke idles;
+        // making one costs a few milliseconds.
+        let made = Instant::now();
+        let mut state = self.context.create_state().map_err(inference)?;
+        let state_us = made.elapsed().as_micros() as u64;
+        let mut language = *last_heard;
+        self.decode(&mut state, input, audio_ctx, language)?;
+        let mut passes = 1;
+        if let Language::Detect(candidates) = &self.language {
+            let heard = self.detect(&mut state, candidates)?;
+            if heard != language {
+                language = heard;
+                self.decode(&mut state, input, audio_ctx, language)?;
+                passes = 2;
+            }
+            *last_heard = language;
+        }
+        drop(last_heard);
+        let (text, last_word_probability) = read_text(&state)?;
+        let inference = started.elapsed();
+        let language = whisper_rs::get_lang_str(language).unwrap_or("en");
+        tracing::debug!(
+            audio_ms = audio.as_millis() as u64,
+            audio_ctx,
+            ms = inference.as_millis() as u64,
+            state_us,
+            language,
+            passes,
+            %text,
+            "transcribed"
+        );
+        Ok(Transcript {
+            text,
+            audio,
+            inference,
+            audio_ctx: audio_ctx.min(self.model_ctx),
+            last_word_probability,
+            language,
+        })
+    }
 
+    /// One whisper.cpp pass over `input` in the language with id `language`.
+    fn decode(
+        &self,
+        state: &mut WhisperState,
+        input: &[f32],
+        audio_ctx: usize,
+        language: i32,
+    ) -> Result<(), SttError> {
         let mut params = FullParams::new(SamplingStrategy::Greedy { best_of: 1 });
         params.set_n_threads(i32::try_from(self.settings.threads).unwrap_or(1));
-        let language = self.settings.language.as_str();
-        if language == "auto" {
-            params.set_language(None);
-            params.set_detect_language(false);
-        } else {
-            params.set_language(Some(language));
-        }
+        params.set_language(whisper_rs::get_lang_str(language));
         // Fit the encoder to the utterance; 0 means the model's full window.
         params.set_audio_ctx(if audio_ctx >= self.model_ctx {
             0
@@ -193,64 +287,112 @@ impl Transcriber {
         params.set_print_progress(false);
         params.set_print_realtime(false);
         params.set_print_timestamps(false);
-
-        let _one_at_a_time = self
-            .busy
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // A state per utterance: whisper.cpp grows its compute buffers on first use
-        // and never shrinks them, so a kept state holds ~25 MB while the spoke idles;
-        // making one costs a few milliseconds.
-        let made = Instant::now();
-        let mut state = self
-            .context
-            .create_state()
-            .map_err(|e| SttError::Inference(e.to_string()))?;
-        let state_us = made.elapsed().as_micros() as u64;
-        state
-            .full(params, input)
-            .map_err(|e| SttError::Inference(e.to_string()))?;
-        let mut text = String::new();
-        let mut last_word_probability = 1.0f32;
-        for segment in state.as_iter() {
-            let piece = segment
-                .to_str_lossy()
-                .map_err(|e| SttError::Inference(e.to_string()))?;
-            text.push_str(&piece);
-            for token in (0..segment.n_tokens()).filter_map(|i| segment.get_token(i)) {
-                let Ok(piece) = token.to_str_lossy() else {
-                    continue;
-                };
-                // Special tokens ("[_EOT_]") and punctuation are not words.
-                if piece.starts_with("[_") || !piece.chars().any(char::is_alphanumeric) {
-                    continue;
-                }
-                let p = token.token_probability();
-                last_word_probability = if piece.starts_with(' ') {
-                    p
-                } else {
-                    last_word_probability.min(p)
-                };
-            }
-        }
-        let inference = started.elapsed();
-        let text = text.trim().to_string();
-        tracing::debug!(
-            audio_ms = audio.as_millis() as u64,
-            audio_ctx,
-            ms = inference.as_millis() as u64,
-            state_us,
-            %text,
-            "transcribed"
-        );
-        Ok(Transcript {
-            text,
-            audio,
-            inference,
-            audio_ctx: audio_ctx.min(self.model_ctx),
-            last_word_probability,
-        })
+        state.full(params, input).map_err(inference)?;
+        Ok(())
     }
+
+    /// The language among `candidates` that the encoder output in `state` sounds most
+    /// like: what whisper.cpp's own detection computes (the decoder's logits for the
+    /// language tokens after start-of-transcript), on the encoding already made.
+    fn detect(&self, state: &mut WhisperState, candidates: &[i32]) -> Result<i32, SttError> {
+        if let [only] = candidates {
+            return Ok(*only);
+        }
+        let threads = self.settings.threads.max(1);
+        state
+            .decode(&[self.context.token_sot()], 0, threads)
+            .map_err(inference)?;
+        let logits = state.get_logits().map_err(inference)?;
+        let logit = |id: i32| {
+            usize::try_from(self.context.token_lang(id))
+                .ok()
+                .and_then(|token| logits.get(token).copied())
+                .unwrap_or(f32::NEG_INFINITY)
+        };
+        Ok(candidates
+            .iter()
+            .copied()
+            .max_by(|a, b| logit(*a).total_cmp(&logit(*b)))
+            .unwrap_or(candidates[0]))
+    }
+}
+
+fn inference(error: whisper_rs::WhisperError) -> SttError {
+    SttError::Inference(error.to_string())
+}
+
+/// The text of a finished pass and how sure the decoder was of its last word.
+fn read_text(state: &WhisperState) -> Result<(String, f32), SttError> {
+    let mut text = String::new();
+    let mut last_word_probability = 1.0f32;
+    for segment in state.as_iter() {
+        let piece = segment.to_str_lossy().map_err(inference)?;
+        text.push_str(&piece);
+        for token in (0..segment.n_tokens()).filter_map(|i| segment.get_token(i)) {
+            let Ok(piece) = token.to_str_lossy() else {
+                continue;
+            };
+            // Special tokens ("[_EOT_]") and punctuation are not words.
+            if piece.starts_with("[_") || !piece.chars().any(char::is_alphanumeric) {
+                continue;
+            }
+            let p = token.token_probability();
+            last_word_probability = if piece.starts_with(' ') {
+                p
+            } else {
+                last_word_probability.min(p)
+            };
+        }
+    }
+    Ok((text.trim().to_string(), last_word_probability))
+}
+
+/// How `settings` choose the language, checked against what the model knows.
+fn language_of(settings: &Settings, multilingual: bool) -> Result<Language, SttError> {
+    let id = |setting: &'static str, code: &str| {
+        whisper_rs::get_lang_id(code).ok_or_else(|| SttError::UnknownLanguage {
+            setting,
+            code: code.to_string(),
+        })
+    };
+    let english = id("stt.language", "en")?;
+    if settings.language != "auto" {
+        let fixed = id("stt.language", &settings.language)?;
+        if !multilingual && fixed != english {
+            return Err(SttError::EnglishOnly {
+                path: settings.model.clone(),
+                code: settings.language.clone(),
+            });
+        }
+        return Ok(Language::Fixed(fixed));
+    }
+    // An English-only model has nothing to detect.
+    if !multilingual {
+        return Ok(Language::Fixed(english));
+    }
+    let mut ids = Vec::new();
+    for code in &settings.languages {
+        let lang = id("stt.languages", code)?;
+        if !ids.contains(&lang) {
+            ids.push(lang);
+        }
+    }
+    if ids.is_empty() {
+        ids = (0..=whisper_rs::get_lang_max_id()).collect();
+        // English first: the guess for the first utterance.
+        ids.retain(|&i| i != english);
+        ids.insert(0, english);
+    }
+    Ok(Language::Detect(ids))
+}
+
+/// The English name of a language code Whisper knows: `de` -> `German`.
+pub fn language_name(code: &str) -> Option<String> {
+    let id = whisper_rs::get_lang_id(code)?;
+    let name = whisper_rs::get_lang_str_full(id)?;
+    let mut chars = name.chars();
+    let first = chars.next()?;
+    Some(first.to_uppercase().chain(chars).collect())
 }
 
 /// The encoder frames an utterance of `samples` needs: its length plus a margin,

@@ -10,9 +10,14 @@
 //! - espeak-ng: `espeak-ng --stdout -v VOICE -s WPM`, text on stdin, a WAV on stdout.
 //! - piper: `piper --model VOICE.onnx --output_raw`, text on stdin, raw 16-bit mono
 //!   on stdout at the rate in the voice's `VOICE.onnx.json` (`audio.sample_rate`).
+//!
+//! A reply is spoken with a voice for the language the person spoke: `tts.voices` maps
+//! a language to a voice; without an entry espeak-ng uses its own voice for that
+//! language (it has about a hundred), piper the configured voice.
 
 pub mod speaker;
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -44,6 +49,8 @@ pub struct TtsSettings {
     pub program: PathBuf,
     /// espeak-ng: the voice (`en-us`, `en-gb+f3`...). piper: the `.onnx` voice file.
     pub voice: String,
+    /// Voices for other languages, by language code (`de` -> `de` or a piper voice).
+    pub voices: BTreeMap<String, String>,
     /// espeak-ng: words per minute.
     pub rate_wpm: u32,
     /// Longest a sentence may take to synthesise before the program is killed.
@@ -56,6 +63,7 @@ impl Default for TtsSettings {
             engine: Engine::EspeakNg,
             program: PathBuf::new(),
             voice: "en-us".into(),
+            voices: BTreeMap::new(),
             rate_wpm: 175,
             timeout: Duration::from_secs(10),
         }
@@ -118,8 +126,43 @@ pub enum TtsError {
 pub struct Synth {
     settings: TtsSettings,
     program: String,
-    /// piper's output rate, from the voice's `.json`.
-    piper_rate: u32,
+    /// piper: each voice's output rate, from its `.json`.
+    piper_rates: BTreeMap<String, u32>,
+    /// espeak-ng: its voices (`espeak-ng --voices`), each with the languages it
+    /// serves and at which priority (lower first).
+    espeak_languages: Vec<EspeakVoice>,
+}
+
+/// One line of `espeak-ng --voices`:
+/// ` 5  fr-be  --/M  French_(Belgium)  roa/fr-BE  (fr 8)`.
+#[derive(Debug, Clone)]
+struct EspeakVoice {
+    /// The language column, which `-v` takes.
+    name: String,
+    /// The other languages it serves, with their priority (lower is better).
+    serves: Vec<(String, u32)>,
+}
+
+impl EspeakVoice {
+    fn parse(line: &str) -> Option<EspeakVoice> {
+        let name = line.split_whitespace().nth(1)?.to_string();
+        let serves = line
+            .split('(')
+            .skip(1)
+            .filter_map(|entry| {
+                let (language, priority) = entry.split(')').next()?.split_once(' ')?;
+                Some((language.to_string(), priority.trim().parse().ok()?))
+            })
+            .collect();
+        Some(EspeakVoice { name, serves })
+    }
+
+    fn priority(&self, language: &str) -> Option<u32> {
+        self.serves
+            .iter()
+            .find(|(l, _)| l == language)
+            .map(|(_, p)| *p)
+    }
 }
 
 impl Synth {
@@ -137,18 +180,61 @@ impl Synth {
         let mut synth = Synth {
             settings: settings.clone(),
             program,
-            piper_rate: 22_050,
+            piper_rates: BTreeMap::new(),
+            espeak_languages: Vec::new(),
         };
         match settings.engine {
             Engine::None => {}
             Engine::EspeakNg => {
-                synth.run(&["--version"], "")?;
+                let listing = synth.run(&["--voices"], "")?;
+                synth.espeak_languages = String::from_utf8_lossy(&listing)
+                    .lines()
+                    .skip(1)
+                    .filter_map(EspeakVoice::parse)
+                    .collect();
             }
             Engine::Piper => {
-                synth.piper_rate = piper_rate(Path::new(&settings.voice))?;
+                for voice in std::iter::once(&settings.voice).chain(settings.voices.values()) {
+                    let rate = piper_rate(Path::new(voice))?;
+                    synth.piper_rates.insert(voice.clone(), rate);
+                }
             }
         }
         Ok(synth)
+    }
+
+    /// The voice for `language` (a code such as `de`; `None`: the configured voice).
+    pub fn voice_for(&self, language: Option<&str>) -> &str {
+        let default = self.settings.voice.as_str();
+        let Some(language) = language else {
+            return default;
+        };
+        if let Some(voice) = self.settings.voices.get(language) {
+            return voice;
+        }
+        if self.settings.engine != Engine::EspeakNg || language_of_voice(default) == language {
+            return default;
+        }
+        // espeak-ng names voices by language (`de`) and says which other languages
+        // each serves and how well: `fr-fr` is French's first choice, `fr-be` its
+        // eighth, though `fr-be` sorts first.
+        let dialect = format!("{language}-");
+        self.espeak_languages
+            .iter()
+            .find(|v| v.name == language)
+            .or_else(|| {
+                self.espeak_languages
+                    .iter()
+                    .filter_map(|v| v.priority(language).map(|p| (p, v)))
+                    .min_by_key(|(p, _)| *p)
+                    .map(|(_, v)| v)
+            })
+            .or_else(|| {
+                self.espeak_languages
+                    .iter()
+                    .find(|v| v.name.starts_with(&dialect))
+            })
+            .map_or(default, |v| v.name.as_str())
     }
 
     /// The engine in use.
@@ -156,26 +242,29 @@ impl Synth {
         self.settings.engine
     }
 
-    /// Speaks one sentence (or any text) into audio.
+    /// Speaks one sentence (or any text) into audio with the configured voice.
     pub fn synthesize(&self, text: &str) -> Result<Speech, TtsError> {
+        self.synthesize_in(text, None)
+    }
+
+    /// Speaks `text` with the voice for `language` ([`Synth::voice_for`]).
+    pub fn synthesize_in(&self, text: &str, language: Option<&str>) -> Result<Speech, TtsError> {
+        let voice = self.voice_for(language);
         match self.settings.engine {
             Engine::None => Err(TtsError::Off),
             Engine::EspeakNg => {
                 let rate = self.settings.rate_wpm.to_string();
-                let wav = self.run(&["--stdout", "-v", &self.settings.voice, "-s", &rate], text)?;
+                let wav = self.run(&["--stdout", "-v", voice, "-s", &rate], text)?;
                 parse_wav(&wav).map_err(|message| TtsError::BadAudio {
                     program: self.program.clone(),
                     message,
                 })
             }
             Engine::Piper => {
-                let raw = self.run(
-                    &["--model", &self.settings.voice, "--output_raw", "--quiet"],
-                    text,
-                )?;
+                let raw = self.run(&["--model", voice, "--output_raw", "--quiet"], text)?;
                 Ok(Speech {
                     samples: s16le(&raw),
-                    rate: self.piper_rate,
+                    rate: self.piper_rates.get(voice).copied().unwrap_or(22_050),
                 })
             }
         }
@@ -252,6 +341,11 @@ impl Synth {
         }
         Ok(out)
     }
+}
+
+/// The language an espeak-ng voice name speaks: `en-gb+f3` -> `en`.
+fn language_of_voice(voice: &str) -> &str {
+    voice.split(['-', '+']).next().unwrap_or(voice)
 }
 
 /// The sample rate a piper voice speaks at, from the `.onnx.json` beside it.
@@ -401,7 +495,10 @@ mod tests {
             r#"{"audio":{"sample_rate":16000}}"#,
         )
         .unwrap();
-        assert_eq!(Synth::new(&settings).unwrap().piper_rate, 16_000);
+        assert_eq!(
+            Synth::new(&settings).unwrap().piper_rates[&settings.voice],
+            16_000
+        );
     }
 
     #[test]
@@ -421,7 +518,8 @@ mod tests {
                 ..TtsSettings::default()
             },
             program: dir.path().join("hangs").display().to_string(),
-            piper_rate: 0,
+            piper_rates: BTreeMap::new(),
+            espeak_languages: Vec::new(),
         };
         let started = std::time::Instant::now();
         let error = hung.synthesize("Hello.").unwrap_err();
@@ -432,13 +530,34 @@ mod tests {
             program: script("fails", "echo 'voice not found' >&2; exit 3")
                 .display()
                 .to_string(),
-            piper_rate: 0,
+            piper_rates: BTreeMap::new(),
+            espeak_languages: Vec::new(),
         };
         let error = failing.synthesize("Hello.").unwrap_err().to_string();
         assert!(
             error.contains("voice not found") && error.contains("fails"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn each_language_gets_a_voice_of_its_own() {
+        let mut settings = TtsSettings {
+            voice: "en-gb+f3".into(),
+            ..TtsSettings::default()
+        };
+        settings.voices.insert("es".into(), "es-419".into());
+        let synth = Synth::new(&settings).expect("espeak-ng is installed");
+        assert_eq!(synth.voice_for(None), "en-gb+f3");
+        assert_eq!(synth.voice_for(Some("en")), "en-gb+f3");
+        assert_eq!(synth.voice_for(Some("de")), "de");
+        assert_eq!(synth.voice_for(Some("fr")), "fr-fr");
+        assert_eq!(synth.voice_for(Some("es")), "es-419");
+        assert_eq!(synth.voice_for(Some("xx")), "en-gb+f3");
+        let german = synth
+            .synthesize_in("Das Licht ist an.", Some("de"))
+            .unwrap();
+        assert!(german.duration() > Duration::from_millis(500));
     }
 
     #[test]

@@ -2,11 +2,13 @@
 //! streams them, one thread synthesises them in order and hands the audio to the
 //! output, so the first sentence plays while later ones are synthesised or not yet
 //! written. [`Speaker::stop`] (barge-in) drops what is queued, what is being
-//! synthesised, and what is playing.
+//! synthesised, and what is playing. Sentences are spoken in the language last set
+//! with [`Speaker::set_language`]: the language of the conversation, which also suits
+//! what a skill says later.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -15,7 +17,7 @@ use crate::audio::cues::{CUE_RATE, Cue};
 use crate::audio::playback::Output;
 
 enum Job {
-    Say(String, u64),
+    Say(String, Option<&'static str>, u64),
     Cue(Cue, u64),
 }
 
@@ -25,6 +27,8 @@ struct Shared {
     generation: AtomicU64,
     /// Jobs sent and not yet handed to the output.
     pending: AtomicUsize,
+    /// The language sentences are spoken in (`None`: the configured voice's).
+    language: Mutex<Option<&'static str>>,
 }
 
 /// Speaks sentences and cues, in order, on an [`Output`].
@@ -48,9 +52,9 @@ impl Speaker {
                 for job in rx {
                     let current = |g| g == thread_shared.generation.load(Ordering::SeqCst);
                     match job {
-                        Job::Say(text, g) if current(g) => {
+                        Job::Say(text, language, g) if current(g) => {
                             let started = Instant::now();
-                            match synth.synthesize(&text) {
+                            match synth.synthesize_in(&text, language) {
                                 Ok(speech) if current(g) => {
                                     tracing::debug!(
                                         took_ms = started.elapsed().as_millis() as u64,
@@ -96,9 +100,28 @@ impl Speaker {
         if !text.is_empty() {
             self.send(Job::Say(
                 text,
+                self.language(),
                 self.shared.generation.load(Ordering::SeqCst),
             ));
         }
+    }
+
+    /// Speaks what is said from now on in `language` (a code such as `de`).
+    pub fn set_language(&self, language: Option<&'static str>) {
+        *self
+            .shared
+            .language
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = language;
+    }
+
+    /// The language sentences are spoken in now.
+    pub fn language(&self) -> Option<&'static str> {
+        *self
+            .shared
+            .language
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Queues a cue (when cues are on).

@@ -84,6 +84,15 @@ output = "spoke_test_speaker"
         spoke
     }
 
+    /// Makes the spoke use another speech-to-text model.
+    pub fn use_model(&self, model: &std::path::Path) {
+        let config = std::fs::read_to_string(self.path("config.toml")).unwrap();
+        let tiny = format!("model = \"{}\"", ggml_model("q8_0").display());
+        assert!(config.contains(&tiny));
+        let config = config.replace(&tiny, &format!("model = \"{}\"", model.display()));
+        std::fs::write(self.path("config.toml"), config).unwrap();
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }

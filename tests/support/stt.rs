@@ -63,12 +63,33 @@ pub fn clips_in(dir: &Path) -> Vec<Clip> {
 static CONVERT: Mutex<()> = Mutex::new(());
 
 /// The tiny.en model as ggml (`q8_0` or `f16`), converted with the real
-/// `strawberry-spoke model import-ct2` and cached next to the CTranslate2 model. The
-/// cache is redone whenever the binary is newer than it (the converter may have changed).
+/// `strawberry-spoke model import-ct2` and cached next to the CTranslate2 model.
 pub fn ggml_model(quantize: &str) -> PathBuf {
+    import(&ct2_dir(), "tiny.en", quantize)
+}
+
+/// The multilingual Whisper base model (`tests/setup.sh` fetches it) as ggml.
+pub fn base_model(quantize: &str) -> PathBuf {
+    let dir = cache_dir().join("base-ct2");
+    assert!(
+        dir.join("model.bin").is_file(),
+        "{} is missing: run tests/setup.sh first (the README's test line does)",
+        dir.display()
+    );
+    import(&dir, "base", quantize)
+}
+
+/// The recordings in another language (`de`, `fr`, `es`).
+pub fn lang_clips(language: &str) -> Vec<Clip> {
+    clips_in(&cache_dir().join("lang").join(language))
+}
+
+/// `ct2` converted to `ggml-NAME-QUANTIZE.bin` with the real `model import-ct2`. The
+/// cache is redone whenever the binary is newer than it (the converter may have changed).
+fn import(ct2: &Path, name: &str, quantize: &str) -> PathBuf {
     let _one_at_a_time = CONVERT.lock().unwrap_or_else(|e| e.into_inner());
     let bin = Path::new(env!("CARGO_BIN_EXE_strawberry-spoke"));
-    let out = cache_dir().join(format!("ggml-tiny.en-{quantize}.bin"));
+    let out = cache_dir().join(format!("ggml-{name}-{quantize}.bin"));
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     let fresh = match (modified(&out), modified(bin)) {
         (Some(model), Some(binary)) => model > binary,
@@ -77,7 +98,7 @@ pub fn ggml_model(quantize: &str) -> PathBuf {
     if !fresh {
         let output = Command::new(bin)
             .args(["model", "import-ct2"])
-            .arg(ct2_dir())
+            .arg(ct2)
             .arg(&out)
             .args(["--quantize", quantize])
             .output()

