@@ -320,7 +320,9 @@ pub struct SttConfig {
     /// multilingual model, English with an English-only one.
     pub language: String,
     /// With `auto`: the household's languages, which detection chooses among (empty:
-    /// any of Whisper's 99; two to four make detection far more reliable).
+    /// any of Whisper's 99; two to four make detection far more reliable). Default: the
+    /// four the spoke has its own phrases in, English, German, French and Spanish: among
+    /// all 99, Whisper base heard English commands in espeak-ng voices as Welsh.
     pub languages: Vec<String>,
 }
 
@@ -681,7 +683,7 @@ impl Default for SttConfig {
             model: PathBuf::from("models/ggml-base-q8_0.bin"),
             threads: std::thread::available_parallelism().map_or(2, |n| n.get().min(4)),
             language: "auto".into(),
-            languages: Vec::new(),
+            languages: ["en", "de", "fr", "es"].map(String::from).to_vec(),
         }
     }
 }
@@ -1542,7 +1544,7 @@ mod tests {
     fn stt_section_defaults_paths_and_checks() {
         let config = Config::load(None, env(&[])).unwrap();
         assert_eq!(config.stt.language, "auto");
-        assert!(config.stt.languages.is_empty());
+        assert_eq!(config.stt.languages, ["en", "de", "fr", "es"]);
         assert!((1..=4).contains(&config.stt.threads));
 
         let dir = tempfile::tempdir().unwrap();
