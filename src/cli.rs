@@ -323,6 +323,10 @@ fn init_logging(config: &Config) {
 
 /// Loads the skill folder; broken files are reported and skipped.
 pub(crate) fn load_skills(config: &Config, dir: &Path) -> Registry {
+    // A model that does not load leaves the search lexical; `run` refuses to start.
+    if let Err(error) = crate::skills::embed::install(config.search.embedding_model.as_deref()) {
+        eprintln!("warning: {error}; searching by words only");
+    }
     let (registry, errors) = Registry::load(dir, &config.host_settings());
     report_load_errors(&errors);
     registry

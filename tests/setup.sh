@@ -48,6 +48,12 @@ if [ "$(cat "$cache/lang/.stamp" 2>/dev/null)" != "$lang_stamp" ]; then
   mv "$cache/lang.partial" "$cache/lang"
 fi
 
+# The sentence-embedding model for skill search (all-MiniLM-L6-v2: safetensors and its
+# tokenizer; the daemon quantises it to 8 bits as it loads it).
+if [ ! -s "$cache/minilm/model.safetensors" ] || [ ! -s "$cache/minilm/tokenizer.json" ] || [ ! -s "$cache/minilm/config.json" ]; then
+  packaging/fetch-model.sh minilm "$cache/minilm"
+fi
+
 # The recordings: one WAV + its text per (voice, sentence). Regenerated when the
 # sentences or voices change.
 voices="en-us en-gb en-us+f3 en-gb-x-rp+m3"
@@ -139,4 +145,4 @@ if [ "$(cat "$cache/wake/.stamp" 2>/dev/null)" != "$wake_stamp" ]; then
   mv "$w" "$cache/wake"
 fi
 
-echo "tests/setup.sh: models in $cache/ct2 and $cache/base-ct2, $(ls "$cache"/lang/*/*.wav | wc -l) recordings in other languages, $(ls "$cache"/wav/*.wav | wc -l) recordings in $cache/wav, wake word audio in $cache/wake"
+echo "tests/setup.sh: models in $cache/ct2 and $cache/base-ct2, embedding model in $cache/minilm, $(ls "$cache"/lang/*/*.wav | wc -l) recordings in other languages, $(ls "$cache"/wav/*.wav | wc -l) recordings in $cache/wav, wake word audio in $cache/wake"

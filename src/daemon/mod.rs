@@ -74,6 +74,9 @@ pub enum DaemonError {
     /// A thread could not be started.
     #[error("cannot start a thread: {0}")]
     Thread(std::io::Error),
+    /// The skill-search embedding model could not be loaded.
+    #[error(transparent)]
+    Embed(#[from] crate::skills::embed::EmbedError),
 }
 
 /// The running parts of a spoke.
@@ -115,6 +118,8 @@ impl Spoke {
             services.schedule_changed(),
         );
         let scheduler = tokio::spawn(scheduler.run(due, stop_rx.clone()));
+        // Before the skills load, so that their text is embedded as they are indexed.
+        crate::skills::embed::install(config.search.embedding_model.as_deref())?;
         let (watcher, errors) = Watcher::start(&config.skills.dir, &host);
         for error in &errors {
             tracing::warn!(%error, "skill file skipped");

@@ -10,6 +10,7 @@
 pub mod args;
 pub mod deadline;
 mod doc;
+pub mod embed;
 pub mod host_api;
 mod loader;
 pub mod policy;

@@ -4,9 +4,17 @@
 //! is it"), which rarely match function names exactly, so this is a small relevance
 //! ranker rather than a substring filter: BM25 over weighted fields (names weigh most,
 //! then summaries, then the rest), light stemming, and typo tolerance by edit distance.
+//!
+//! Words alone miss synonyms ("telly" for "TV", "lamp" for "light"), so when an
+//! embedding model is loaded ([`super::embed`]) each function's text is also embedded
+//! once, when its index is built, and [`score`] blends the cosine similarity of the
+//! request with the lexical score ([`LEXICAL_WEIGHT`]). Without a model the ranking is
+//! lexical only.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
+use super::embed::{self, Semantic};
 use super::{Example, SkillClass, SkillFunction, edit_distance};
 
 /// What the ranker reads of a skill class. Loaded classes implement it, and so do the
@@ -76,6 +84,14 @@ const MINOR: f32 = 0.5;
 const MAX_QUERY_TERMS: usize = 32;
 const MAX_EXPANSIONS: usize = 64;
 
+/// The weight of the lexical score (BM25 divided by the best score of the search, so
+/// in 0..=1) added to the cosine similarity of request and function text (-1..=1, in
+/// practice 0 to 0.8 with MiniLM). Chosen on the dev half of the retrieval benchmark
+/// (`benches/retrieval.rs`, BENCHMARKS.md): recall is flat from about 0.2 to 0.4 and
+/// falls on either side (below, a shared word such as a room name counts too little;
+/// above, lexical near-misses outrank synonyms); the held-out half was only scored.
+pub const LEXICAL_WEIGHT: f32 = 0.3;
+
 const K1: f32 = 1.2;
 const B: f32 = 0.5;
 
@@ -111,6 +127,8 @@ impl Terms {
 struct ClassTerms {
     shared: Terms,
     functions: Vec<Terms>,
+    /// Each function's embedding, when the index has a model.
+    vectors: Vec<Arc<[f32]>>,
 }
 
 /// The searchable text of a set of skill classes, tokenised once when the set changes
@@ -122,6 +140,8 @@ pub struct ClassIndex {
     classes: Vec<ClassTerms>,
     /// Every term, for typo tolerance.
     vocabulary: HashSet<String>,
+    /// The model the functions were embedded with; `None`: lexical only.
+    semantic: Option<Arc<Semantic>>,
 }
 
 /// One function's text in a [`ClassIndex`]; documents of several indexes (this
@@ -148,11 +168,53 @@ impl Doc<'_> {
         let (shared, own) = self.parts();
         shared.len + own.len
     }
+
+    fn vector(&self) -> Option<&[f32]> {
+        self.index.classes[self.class]
+            .vectors
+            .get(self.function)
+            .map(|v| &v[..])
+    }
+}
+
+/// What of a function is embedded: its words as a sentence, the most telling first
+/// (MiniLM reads 128 tokens at most): name, summary, docstring, parameter names, then
+/// the class's name and summary, with names split into words ("power_on" -> "power on").
+pub fn embedding_text<C: ClassText + ?Sized>(class: &C, function: &SkillFunction) -> String {
+    let words = |name: &str| {
+        let mut words = split_name(name);
+        if words.len() > 1 && words.last().is_some_and(|w| w == "skill") {
+            words.pop();
+        }
+        words.join(" ")
+    };
+    let mut text = format!("{}: {}", words(&function.name), function.summary.trim());
+    if !function.docstring.trim().is_empty() {
+        text.push(' ');
+        text.push_str(function.docstring.trim());
+    }
+    if !function.params.is_empty() {
+        let params: Vec<String> = function.params.iter().map(|p| words(&p.name)).collect();
+        text.push_str(&format!(" ({})", params.join(", ")));
+    }
+    text.push_str(&format!(
+        " - {}: {}",
+        words(class.name()),
+        class.summary().trim()
+    ));
+    text
 }
 
 impl ClassIndex {
-    /// Indexes every function of `classes`.
+    /// Indexes every function of `classes`, embedding their text with the process's
+    /// model ([`embed::installed`]) when one is loaded.
     pub fn build<C: ClassText>(classes: &[C]) -> ClassIndex {
+        ClassIndex::build_with(classes, embed::installed())
+    }
+
+    /// Indexes every function of `classes`, embedding their text with `semantic` (whose
+    /// cache makes unchanged text cost a lookup).
+    pub fn build_with<C: ClassText>(classes: &[C], semantic: Option<Arc<Semantic>>) -> ClassIndex {
         let mut vocabulary = HashSet::new();
         let classes = classes
             .iter()
@@ -198,12 +260,31 @@ impl ClassIndex {
                     })
                     .collect();
                 vocabulary.extend(shared.tf.keys().cloned());
-                ClassTerms { shared, functions }
+                let vectors = match &semantic {
+                    Some(semantic) => class
+                        .functions()
+                        .iter()
+                        .map(|f| semantic.embed_cached(&embedding_text(class, f)))
+                        .collect(),
+                    None => Vec::new(),
+                };
+                ClassTerms {
+                    shared,
+                    functions,
+                    vectors,
+                }
             })
             .collect();
+        // After this index took its vectors: what no index holds now belongs to skills
+        // that are gone or changed (an index being replaced still holds its own until
+        // it is dropped; the next build sweeps those).
+        if let Some(semantic) = &semantic {
+            semantic.sweep();
+        }
         ClassIndex {
             classes,
             vocabulary,
+            semantic,
         }
     }
 
@@ -260,6 +341,53 @@ pub fn query_is_empty(query: &str) -> bool {
 /// documents), one score per document, 0 for no match. The work is linear in the
 /// documents and their vocabularies; nothing is tokenised here but the query.
 pub fn score(docs: &[Doc<'_>], query: &str) -> Vec<f32> {
+    let lexical = lexical_score(docs, query);
+    if query_is_empty(query) {
+        return lexical;
+    }
+    let Some(semantic) = common_model(docs) else {
+        return lexical;
+    };
+    let wanted = semantic.embed_query(query);
+    let cosines: Vec<f32> = docs
+        .iter()
+        .map(|d| d.vector().map_or(0.0, |v| embed::cosine(&wanted, v)))
+        .collect();
+    hybrid(&lexical, &cosines, LEXICAL_WEIGHT)
+}
+
+/// Blends lexical scores with cosine similarities: cosine plus `lexical_weight` times
+/// the lexical score relative to the best one ([`LEXICAL_WEIGHT`] in [`score`]).
+/// Scores stay above 0 for ranking (a function unrelated in both senses scores near 0).
+pub fn hybrid(lexical: &[f32], cosines: &[f32], lexical_weight: f32) -> Vec<f32> {
+    let best = lexical.iter().copied().fold(0.0f32, f32::max);
+    lexical
+        .iter()
+        .zip(cosines)
+        .map(|(l, c)| {
+            let l = if best > 0.0 { l / best } else { 0.0 };
+            (c.max(0.0) + lexical_weight * l).max(f32::MIN_POSITIVE)
+        })
+        .collect()
+}
+
+/// The model every document was embedded with, when they all were with the same one
+/// (documents of indexes built with and without a model rank lexically, on one scale).
+fn common_model<'a>(docs: &[Doc<'a>]) -> Option<&'a Arc<Semantic>> {
+    let first = docs.first()?.index.semantic.as_ref()?;
+    docs.iter()
+        .all(|d| {
+            d.index
+                .semantic
+                .as_ref()
+                .is_some_and(|s| Arc::ptr_eq(s, first))
+                && d.vector().is_some()
+        })
+        .then_some(first)
+}
+
+/// The BM25 part of [`score`].
+pub fn lexical_score(docs: &[Doc<'_>], query: &str) -> Vec<f32> {
     let mut query_terms = tokens(query);
     let mut seen = HashSet::new();
     query_terms.retain(|t| seen.insert(t.clone()));
@@ -353,6 +481,15 @@ fn expand<'s>(vocabulary: &'s HashSet<String>, query: &str) -> Vec<(&'s str, f32
 
 /// Lowercased, stemmed words of `text`, CamelCase and snake_case split, stopwords out.
 fn tokens(text: &str) -> Vec<String> {
+    split_name(text)
+        .into_iter()
+        .filter(|w| w.chars().count() > 1 && !STOPWORDS.contains(&w.as_str()))
+        .map(|w| stem(&w))
+        .collect()
+}
+
+/// Lowercased words of `text`, CamelCase and snake_case split.
+fn split_name(text: &str) -> Vec<String> {
     let mut words = Vec::new();
     for run in text.split(|c: char| !c.is_alphanumeric()) {
         let chars: Vec<char> = run.chars().collect();
@@ -372,12 +509,7 @@ fn tokens(text: &str) -> Vec<String> {
             words.push(chars[start..].iter().collect::<String>());
         }
     }
-    words
-        .into_iter()
-        .map(|w| w.to_lowercase())
-        .filter(|w| w.chars().count() > 1 && !STOPWORDS.contains(&w.as_str()))
-        .map(|w| stem(&w))
-        .collect()
+    words.into_iter().map(|w| w.to_lowercase()).collect()
 }
 
 /// A light suffix stripper: enough that "songs", "timers", "playing" and "played"
