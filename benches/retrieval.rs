@@ -20,36 +20,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use strawberry_spoke::skills::embed::{Semantic, cosine};
-use strawberry_spoke::skills::search::{self, ClassIndex, ClassText, Doc};
-use strawberry_spoke::skills::{Example, Param, SkillFunction, ValueType};
-
-struct Class {
-    name: String,
-    summary: String,
-    functions: Vec<SkillFunction>,
-}
-
-impl ClassText for Class {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn summary(&self) -> &str {
-        &self.summary
-    }
-    fn description(&self) -> &str {
-        ""
-    }
-    fn examples(&self) -> &[Example] {
-        &[]
-    }
-    fn functions(&self) -> &[SkillFunction] {
-        &self.functions
-    }
-}
+use strawberry_spoke::skills::search::{self, ClassIndex, Doc};
+use strawberry_spoke::skills::{ClassDoc, Param, SkillFunction, ValueType};
 
 struct Device {
     name: String,
-    classes: Vec<Class>,
+    classes: Vec<ClassDoc>,
 }
 
 fn data_dir() -> PathBuf {
@@ -79,9 +55,11 @@ fn catalogue() -> Vec<Device> {
         } else if let Some(rest) = line.strip_prefix("class ") {
             let (name, summary) = rest.split_once('|').unwrap_or_else(|| bad());
             let device = devices.last_mut().unwrap_or_else(|| bad());
-            device.classes.push(Class {
+            device.classes.push(ClassDoc {
                 name: name.trim().to_string(),
                 summary: summary.trim().to_string(),
+                description: String::new(),
+                examples: Vec::new(),
                 functions: Vec::new(),
             });
         } else if let Some(rest) = line.strip_prefix("fn ") {

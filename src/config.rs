@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::hub::CodeMode;
 use crate::sandbox::Limits;
 use crate::skills::host_api::HostSettings;
 use crate::skills::storage::StorageLimits;
@@ -193,6 +192,55 @@ pub struct EndpointConfig {
     /// Environment variable holding the API key, when there is no file.
     #[serde(default)]
     pub api_key_env: Option<String>,
+}
+
+impl EndpointConfig {
+    /// Whether this endpoint sends an API key over plain `http` to a host other than
+    /// this machine, where anyone on the way can read it.
+    pub fn sends_key_in_clear(&self) -> bool {
+        if self.api_key_file.is_none() && self.api_key_env.is_none() {
+            return false;
+        }
+        let Ok(url) = reqwest::Url::parse(self.url.trim()) else {
+            return false; // never sent anywhere: the request fails before connecting
+        };
+        url.scheme() == "http" && !is_loopback(&url)
+    }
+
+    /// Why this endpoint is refused, if it is: it would send its key in clear text off
+    /// this machine and `allow_insecure` (`hub.allow_insecure`) is off.
+    pub fn plain_http_refusal(&self, allow_insecure: bool) -> Option<String> {
+        (!allow_insecure && self.sends_key_in_clear()).then(|| {
+            format!(
+                "hub endpoint {} would send its API key over plain http to another machine: use https:// (with hub.ca_file for a private CA), or set hub.allow_insecure = true to accept that anyone on the network can read the key",
+                self.url.trim()
+            )
+        })
+    }
+}
+
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => ip.is_loopback(),
+        Ok(std::net::IpAddr::V6(ip)) => {
+            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+        Err(_) => host.trim_end_matches('.').eq_ignore_ascii_case("localhost"),
+    }
+}
+
+/// Whether code comes as fenced text or as native tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CodeMode {
+    /// ```` ```rhai ```` blocks in the text.
+    Fenced,
+    /// A `run_code` tool the server calls natively.
+    Tools,
 }
 
 /// `[agent]`: the conversation loop.
@@ -985,7 +1033,7 @@ impl Config {
             .hub
             .endpoints
             .iter()
-            .find_map(|e| crate::hub::plain_http_refusal(e, self.hub.allow_insecure))
+            .find_map(|e| e.plain_http_refusal(self.hub.allow_insecure))
         {
             return Err(ConfigError::Invalid {
                 origin: origin("hub.endpoints"),

@@ -5,10 +5,9 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use strawberry_spoke::mqtt::peers::RemoteClass;
 use strawberry_spoke::skills::embed::{Semantic, cosine};
 use strawberry_spoke::skills::search::{self, ClassIndex, Doc};
-use strawberry_spoke::skills::{Param, SkillFunction, ValueType};
+use strawberry_spoke::skills::{ClassDoc, Param, SkillFunction, ValueType};
 
 fn model_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/stt-test/minilm");
@@ -54,8 +53,8 @@ fn function(class: &str, name: &str, params: &[&str], summary: &str) -> SkillFun
     }
 }
 
-fn class(name: &str, summary: &str, functions: &[(&str, &[&str], &str)]) -> RemoteClass {
-    RemoteClass {
+fn class(name: &str, summary: &str, functions: &[(&str, &[&str], &str)]) -> ClassDoc {
+    ClassDoc {
         name: name.into(),
         summary: summary.into(),
         description: String::new(),
@@ -68,7 +67,7 @@ fn class(name: &str, summary: &str, functions: &[(&str, &[&str], &str)]) -> Remo
 }
 
 /// A living room's skills, where "television" and "telly" are nowhere in the text.
-fn living_room() -> Vec<RemoteClass> {
+fn living_room() -> Vec<ClassDoc> {
     vec![
         class(
             "TvSkill",
@@ -109,7 +108,7 @@ fn living_room() -> Vec<RemoteClass> {
     ]
 }
 
-fn ranked(index: &ClassIndex, classes: &[RemoteClass], query: &str) -> Vec<String> {
+fn ranked(index: &ClassIndex, classes: &[ClassDoc], query: &str) -> Vec<String> {
     index
         .search(classes, query, 3)
         .iter()

@@ -22,7 +22,7 @@ fn load_text(file_name: &str, text: &str) -> Result<String, String> {
     let path = dir.path().join(file_name);
     std::fs::write(&path, text).expect("write skill");
     Registry::load_file(&path, &settings())
-        .map(|class| class.name)
+        .map(|class| class.doc.name)
         .map_err(|e| {
             let shown = e.to_string();
             shown.replace(&format!("{}", dir.path().display()), "DIR")

@@ -32,9 +32,9 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
-use crate::config::{AgentConfig, Config};
+use crate::config::{AgentConfig, CodeMode, Config};
 use crate::device::Device;
-use crate::hub::{ChatMessage, CodeMode, HubClient, HubError, ToolCall};
+use crate::hub::{ChatMessage, HubClient, HubError, ToolCall};
 use crate::mqtt::Link;
 use crate::sandbox::{Cancel, RunOutcome, Sandbox};
 use crate::skills::Registry;

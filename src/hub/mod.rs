@@ -112,16 +112,6 @@ pub enum HubError {
     Server(String),
 }
 
-/// Whether code comes as fenced text or as native tool calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CodeMode {
-    /// ```` ```rhai ```` blocks in the text.
-    Fenced,
-    /// A `run_code` tool the server calls natively.
-    Tools,
-}
-
 /// A configured endpoint, ready to use.
 struct Endpoint {
     url: String,
@@ -181,10 +171,10 @@ impl HubClient {
             .build()
             .map_err(|e| HubError::Setup(format!("cannot set up HTTP(S): {e}")))?;
         for endpoint in &config.endpoints {
-            if let Some(refusal) = plain_http_refusal(endpoint, config.allow_insecure) {
+            if let Some(refusal) = endpoint.plain_http_refusal(config.allow_insecure) {
                 return Err(HubError::Setup(refusal));
             }
-            if sends_key_in_clear(endpoint) {
+            if endpoint.sends_key_in_clear() {
                 tracing::warn!(
                     endpoint = %endpoint.url,
                     "the API key goes over plain http to another machine, readable on the way (hub.allow_insecure = true)"
@@ -342,43 +332,6 @@ async fn read_capped(mut response: reqwest::Response, cap: usize) -> Vec<u8> {
         }
     }
     body
-}
-
-/// Whether `endpoint` sends an API key over plain `http` to a host other than this
-/// machine, where anyone on the way can read it.
-pub fn sends_key_in_clear(endpoint: &EndpointConfig) -> bool {
-    if endpoint.api_key_file.is_none() && endpoint.api_key_env.is_none() {
-        return false;
-    }
-    let Ok(url) = reqwest::Url::parse(&completions_url(&endpoint.url)) else {
-        return false; // never sent anywhere: the request fails before connecting
-    };
-    url.scheme() == "http" && !is_loopback(&url)
-}
-
-/// Why `endpoint` is refused, if it is: it would send its key in clear text off this
-/// machine and `allow_insecure` (`hub.allow_insecure`) is off.
-pub fn plain_http_refusal(endpoint: &EndpointConfig, allow_insecure: bool) -> Option<String> {
-    (!allow_insecure && sends_key_in_clear(endpoint)).then(|| {
-        format!(
-            "hub endpoint {} would send its API key over plain http to another machine: use https:// (with hub.ca_file for a private CA), or set hub.allow_insecure = true to accept that anyone on the network can read the key",
-            endpoint.url.trim()
-        )
-    })
-}
-
-fn is_loopback(url: &reqwest::Url) -> bool {
-    let Some(host) = url.host_str() else {
-        return false;
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    match host.parse::<std::net::IpAddr>() {
-        Ok(std::net::IpAddr::V4(ip)) => ip.is_loopback(),
-        Ok(std::net::IpAddr::V6(ip)) => {
-            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
-        Err(_) => host.trim_end_matches('.').eq_ignore_ascii_case("localhost"),
-    }
 }
 
 /// Reads an endpoint's key and normalises its URL.

@@ -16,29 +16,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::skills::search::ClassIndex;
-use crate::skills::{Example, SkillFunction};
+use crate::skills::{ClassDoc, Example, SkillFunction};
 use crate::text::normalise;
 use crate::text::{clean_line, clean_text};
 
 use super::protocol::{ClassEntry, OFFLINE, ONLINE, Registration, valid_identifier};
 use super::settings::PeerLimits;
-
-/// One remote skill class as its device registered it.
-#[derive(Debug, Clone)]
-pub struct RemoteClass {
-    /// The class name.
-    pub name: String,
-    /// Its summary.
-    pub summary: String,
-    /// The rest of its prose.
-    pub description: String,
-    /// Its examples.
-    pub examples: Vec<Example>,
-    /// The functions the device lets others call.
-    pub functions: Vec<SkillFunction>,
-}
-
-crate::skills::search::impl_class_text!(RemoteClass);
 
 /// Another spoke.
 #[derive(Debug, Clone, Default)]
@@ -52,7 +35,7 @@ pub struct Peer {
     /// Whether a registration of it was accepted (its name is then its own).
     pub registered: bool,
     /// Its registered classes.
-    pub classes: Arc<Vec<RemoteClass>>,
+    pub classes: Arc<Vec<ClassDoc>>,
     /// The search index of `classes`, built when they arrived.
     pub index: Arc<ClassIndex>,
 }
@@ -74,7 +57,7 @@ impl Peer {
         self.classes
             .iter()
             .find(|c| c.name == class)
-            .and_then(|c| c.functions.iter().find(|f| f.name == function))
+            .and_then(|c| c.function(function))
     }
 }
 
@@ -247,7 +230,7 @@ impl Peers {
                 });
             }
         }
-        let classes: Vec<RemoteClass> = registration
+        let classes: Vec<ClassDoc> = registration
             .classes
             .iter()
             .map(|class| remote_class(id, class))
@@ -455,7 +438,7 @@ fn check(registration: &Registration, limits: &PeerLimits) -> Result<(), Registr
 
 /// A checked class as this spoke keeps it: text stripped of control characters,
 /// functions with unknown types dropped (a newer or broken publisher).
-fn remote_class(id: &str, class: &ClassEntry) -> RemoteClass {
+fn remote_class(id: &str, class: &ClassEntry) -> ClassDoc {
     let functions = class
         .functions
         .iter()
@@ -479,7 +462,7 @@ fn remote_class(id: &str, class: &ClassEntry) -> RemoteClass {
             f
         })
         .collect();
-    RemoteClass {
+    ClassDoc {
         name: class.name.clone(),
         summary: clean_text(&class.summary),
         description: clean_text(&class.description),

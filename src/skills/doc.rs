@@ -586,7 +586,7 @@ fn parse_default(literal: &str) -> Result<serde_json::Value, String> {
     let value: Dynamic = engine
         .eval_expression(literal)
         .map_err(|_| "not a literal".to_string())?;
-    super::loader::dynamic_to_json(&value)
+    super::value::dynamic_to_json(&value)
 }
 
 fn check_default(ty: ValueType, value: serde_json::Value) -> Result<serde_json::Value, String> {

@@ -576,7 +576,7 @@ impl Model {
         if hidden == 0
             || hidden > MAX_HIDDEN
             || heads == 0
-            || hidden % heads != 0
+            || !hidden.is_multiple_of(heads)
             || config.num_hidden_layers == 0
             || config.num_hidden_layers > MAX_LAYERS
             || config.intermediate_size == 0

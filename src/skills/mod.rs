@@ -18,6 +18,7 @@ pub mod schedule;
 pub mod search;
 pub mod services;
 pub mod storage;
+mod value;
 pub mod watch;
 
 use std::fmt;
@@ -214,15 +215,14 @@ pub struct Example {
     pub code: String,
 }
 
-/// One loaded skill file.
-///
-/// Cheap to clone: the compiled script and its engine are shared.
-#[derive(Clone)]
-pub struct SkillClass {
+/// What a skill class says about itself: the documentation the model, the search and
+/// other spokes read. A local `.rhai` file and a peer's registration both produce one,
+/// so everything that only reads documentation (the prompt, the search, `device` help)
+/// treats this room's skills and other rooms' alike.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassDoc {
     /// The class name, e.g. `TimerSkill`.
     pub name: String,
-    /// The file it was loaded from.
-    pub file: PathBuf,
     /// The first paragraph of the `//!` comments.
     pub summary: String,
     /// The following `//!` paragraphs, possibly empty.
@@ -231,6 +231,31 @@ pub struct SkillClass {
     pub examples: Vec<Example>,
     /// Exported functions, in file order.
     pub functions: Vec<SkillFunction>,
+}
+
+impl ClassDoc {
+    /// The exported function called `name`.
+    pub fn function(&self, name: &str) -> Option<&SkillFunction> {
+        self.functions.iter().find(|f| f.name == name)
+    }
+}
+
+impl AsRef<ClassDoc> for ClassDoc {
+    fn as_ref(&self) -> &ClassDoc {
+        self
+    }
+}
+
+/// One loaded skill file: its documentation and what runs it.
+///
+/// Cheap to clone: the compiled script and its engine are shared. It reads as its
+/// [`ClassDoc`] (`class.name`, `class.functions`), since most code only needs that.
+#[derive(Clone)]
+pub struct SkillClass {
+    /// What the file documents.
+    pub doc: ClassDoc,
+    /// The file it was loaded from.
+    pub file: PathBuf,
     /// What loaded but deserves the author's attention (`skills check` prints them).
     pub warnings: Vec<LoadError>,
     runtime: Arc<loader::Runtime>,
@@ -239,18 +264,23 @@ pub struct SkillClass {
 impl fmt::Debug for SkillClass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SkillClass")
-            .field("name", &self.name)
+            .field("doc", &self.doc)
             .field("file", &self.file)
-            .field("summary", &self.summary)
-            .field("functions", &self.functions)
             .finish_non_exhaustive()
     }
 }
 
-impl SkillClass {
-    /// The exported function called `name`.
-    pub fn function(&self, name: &str) -> Option<&SkillFunction> {
-        self.functions.iter().find(|f| f.name == name)
+impl std::ops::Deref for SkillClass {
+    type Target = ClassDoc;
+
+    fn deref(&self) -> &ClassDoc {
+        &self.doc
+    }
+}
+
+impl AsRef<ClassDoc> for SkillClass {
+    fn as_ref(&self) -> &ClassDoc {
+        &self.doc
     }
 }
 

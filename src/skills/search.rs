@@ -15,49 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::embed::{self, Semantic};
-use super::{Example, SkillClass, SkillFunction, edit_distance};
-
-/// What the ranker reads of a skill class. Loaded classes implement it, and so do the
-/// descriptions of other spokes' skills, so local and remote skills rank on one scale.
-pub trait ClassText {
-    /// The class name, e.g. `VolumeSkill`.
-    fn name(&self) -> &str;
-    /// The class summary.
-    fn summary(&self) -> &str;
-    /// The rest of the class prose.
-    fn description(&self) -> &str;
-    /// Example requests with the code that serves them.
-    fn examples(&self) -> &[Example];
-    /// The functions to rank.
-    fn functions(&self) -> &[SkillFunction];
-}
-
-/// Implements [`ClassText`] for a struct with `name`, `summary`, `description`,
-/// `examples` and `functions` fields (local and remote skill classes).
-macro_rules! impl_class_text {
-    ($ty:ty) => {
-        impl $crate::skills::search::ClassText for $ty {
-            fn name(&self) -> &str {
-                &self.name
-            }
-            fn summary(&self) -> &str {
-                &self.summary
-            }
-            fn description(&self) -> &str {
-                &self.description
-            }
-            fn examples(&self) -> &[$crate::skills::Example] {
-                &self.examples
-            }
-            fn functions(&self) -> &[$crate::skills::SkillFunction] {
-                &self.functions
-            }
-        }
-    };
-}
-pub(crate) use impl_class_text;
-
-impl_class_text!(SkillClass);
+use super::{ClassDoc, SkillFunction, edit_distance};
 
 /// One search result: a function and how well it matched (higher is better).
 #[derive(Debug, Clone, Copy)]
@@ -180,7 +138,7 @@ impl Doc<'_> {
 /// What of a function is embedded: its words as a sentence, the most telling first
 /// (MiniLM reads 128 tokens at most): name, summary, docstring, parameter names, then
 /// the class's name and summary, with names split into words ("power_on" -> "power on").
-pub fn embedding_text<C: ClassText + ?Sized>(class: &C, function: &SkillFunction) -> String {
+pub fn embedding_text(class: &ClassDoc, function: &SkillFunction) -> String {
     let words = |name: &str| {
         let mut words = split_name(name);
         if words.len() > 1 && words.last().is_some_and(|w| w == "skill") {
@@ -199,8 +157,8 @@ pub fn embedding_text<C: ClassText + ?Sized>(class: &C, function: &SkillFunction
     }
     text.push_str(&format!(
         " - {}: {}",
-        words(class.name()),
-        class.summary().trim()
+        words(&class.name),
+        class.summary.trim()
     ));
     text
 }
@@ -208,35 +166,36 @@ pub fn embedding_text<C: ClassText + ?Sized>(class: &C, function: &SkillFunction
 impl ClassIndex {
     /// Indexes every function of `classes`, embedding their text with the process's
     /// model ([`embed::installed`]) when one is loaded.
-    pub fn build<C: ClassText>(classes: &[C]) -> ClassIndex {
+    pub fn build<C: AsRef<ClassDoc>>(classes: &[C]) -> ClassIndex {
         ClassIndex::build_with(classes, embed::installed())
     }
 
     /// Indexes every function of `classes`, embedding their text with `semantic` (whose
     /// cache makes unchanged text cost a lookup).
-    pub fn build_with<C: ClassText>(classes: &[C], semantic: Option<Arc<Semantic>>) -> ClassIndex {
+    pub fn build_with<C: AsRef<ClassDoc>>(
+        classes: &[C],
+        semantic: Option<Arc<Semantic>>,
+    ) -> ClassIndex {
         let mut vocabulary = HashSet::new();
         let classes = classes
             .iter()
             .map(|class| {
+                let class = class.as_ref();
                 let mut shared = Terms::default();
-                let mut class_tokens = tokens(class.name());
+                let mut class_tokens = tokens(&class.name);
                 if class_tokens.last().is_some_and(|l| l == "skill") {
                     class_tokens.pop();
                 }
                 shared.add(&class_tokens, CLASS_NAME);
-                shared.add(&tokens(class.summary()), CLASS_SUMMARY);
-                shared.add(&tokens(class.description()), MINOR);
-                let examples: Vec<Vec<String>> = class
-                    .examples()
-                    .iter()
-                    .map(|e| tokens(&e.request))
-                    .collect();
+                shared.add(&tokens(&class.summary), CLASS_SUMMARY);
+                shared.add(&tokens(&class.description), MINOR);
+                let examples: Vec<Vec<String>> =
+                    class.examples.iter().map(|e| tokens(&e.request)).collect();
                 for example in &examples {
                     shared.add(example, EXAMPLE_OTHER);
                 }
                 let functions = class
-                    .functions()
+                    .functions
                     .iter()
                     .map(|f| {
                         let mut own = Terms::default();
@@ -250,7 +209,7 @@ impl ClassIndex {
                         }
                         // The rest of an example's weight when it uses this function.
                         let call = format!(".{}(", f.name);
-                        for (example, words) in class.examples().iter().zip(&examples) {
+                        for (example, words) in class.examples.iter().zip(&examples) {
                             if example.code.contains(&call) {
                                 own.add(words, EXAMPLE_USING - EXAMPLE_OTHER);
                             }
@@ -262,7 +221,7 @@ impl ClassIndex {
                 vocabulary.extend(shared.tf.keys().cloned());
                 let vectors = match &semantic {
                     Some(semantic) => class
-                        .functions()
+                        .functions
                         .iter()
                         .map(|f| semantic.embed_cached(&embedding_text(class, f)))
                         .collect(),
@@ -299,7 +258,7 @@ impl ClassIndex {
 
     /// Ranks the functions of `classes` (the ones this index was built from), best
     /// first, at most `limit`.
-    pub fn search<'a, C: ClassText>(
+    pub fn search<'a, C: AsRef<ClassDoc>>(
         &self,
         classes: &'a [C],
         query: &str,
@@ -317,7 +276,7 @@ impl ClassIndex {
             .zip(scores)
             .filter(|(_, score)| query_is_empty(query) || *score > 0.0)
             .map(|(doc, score)| SearchHit {
-                function: &classes[doc.class].functions()[doc.function],
+                function: &classes[doc.class].as_ref().functions[doc.function],
                 score,
             })
             .collect();
