@@ -1119,3 +1119,74 @@ fn the_prompt_budget_holds_with_five_rooms_of_a_hundred_functions() {
         );
     }
 }
+
+/// Another room's skill found by meaning: "television" is nowhere in the living room's
+/// documentation, and the kitchen's own volume skill shares the word "turn". With the
+/// embedding model the search finds the TV first; with words alone it does not.
+#[test]
+fn another_rooms_skill_is_found_by_meaning() {
+    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/stt-test/minilm");
+    assert!(
+        model.join("model.safetensors").is_file(),
+        "{} is missing: run tests/setup.sh first (the README's test line does)",
+        model.display()
+    );
+    let broker = Broker::start();
+    let living = SpokeDir::new("Living Room TV", "living-room-tv", &broker.url(), "");
+    living.skill(
+        "tv.rhai",
+        r#"//! The living room's screen.
+//!
+//! @class TvSkill
+
+/// Switch the TV on.
+fn power_on() { "on" }
+
+/// Switch the TV off.
+fn power_off() { "off" }
+
+/// Show the programme guide.
+fn guide() { "guide" }
+"#,
+    );
+    let volume = r#"//! How loud this spoke plays.
+//!
+//! @class VolumeSkill
+
+/// Turn the volume up.
+fn turn_up() { "up" }
+
+/// Turn the volume down.
+fn turn_down() { "down" }
+
+/// Turn the sound off.
+fn mute() { "muted" }
+"#;
+    let words = SpokeDir::new("Kitchen", "kitchen", &broker.url(), "");
+    words.skill("volume.rhai", volume);
+    let meaning = SpokeDir::new(
+        "Kitchen",
+        "kitchen",
+        &broker.url(),
+        &format!("\n[search]\nembedding_model = \"{}\"\n", model.display()),
+    );
+    meaning.skill("volume.rhai", volume);
+    let mut daemon = living.serve();
+    wait_online(&broker, "living-room-tv");
+
+    let first = |dir: &SpokeDir| {
+        let (code, out, err) = dir.exec(
+            r#"let hit = device.search_skills("turn on the television")[0]; print(`${hit.name} ${hit.devices}`)"#,
+        );
+        assert_eq!(code, 0, "{out}\n{err}");
+        out
+    };
+    assert_eq!(
+        first(&meaning),
+        r#"TvSkill.power_on ["Living Room TV"]"#,
+        "{}",
+        daemon.log()
+    );
+    assert!(first(&words).starts_with("VolumeSkill."));
+    assert!(daemon.terminate().success());
+}

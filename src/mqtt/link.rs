@@ -17,11 +17,12 @@ use rumqttc::v5::mqttbytes::v5::{Filter, LastWill, Packet, Publish, PublishPrope
 use rumqttc::v5::{AsyncClient, Event, EventLoop, MqttOptions};
 use rumqttc::{Outgoing, TlsConfiguration, Transport};
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{Semaphore, broadcast, mpsc, watch};
 
-use crate::skills::deadline;
 use crate::skills::policy::Confirm;
+use crate::skills::search::ClassIndex;
 use crate::skills::watch::LiveRegistry;
+use crate::skills::{ClassDoc, deadline, embed};
 
 use super::peers::{Peers, RegistrationError};
 use super::protocol::{
@@ -182,6 +183,8 @@ impl Link {
             own_status: Correction::default(),
             own_skills: Correction::default(),
             peers_full_warned: false,
+            indexed: mpsc::unbounded_channel(),
+            embedding: Arc::new(Semaphore::new(1)),
         };
         let task = tokio::spawn(run(state, eventloop, commands_rx));
         Link {
@@ -463,6 +466,20 @@ struct Task {
     own_status: Correction,
     own_skills: Correction,
     peers_full_warned: bool,
+    /// Peers' skill text embedded off this task, coming back to replace word-only indexes.
+    indexed: (
+        mpsc::UnboundedSender<Indexed>,
+        mpsc::UnboundedReceiver<Indexed>,
+    ),
+    /// One registration embedded at a time.
+    embedding: Arc<Semaphore>,
+}
+
+/// A peer's search index with embeddings, built from `classes`.
+struct Indexed {
+    id: String,
+    classes: Arc<Vec<ClassDoc>>,
+    index: ClassIndex,
 }
 
 /// The connection task: polls the event loop (which reconnects), dispatches what
@@ -536,6 +553,11 @@ impl Task {
             tokio::select! {
                 output = &mut until => return output,
                 Some(command) = commands.recv() => self.command(command),
+                Some(indexed) = self.indexed.1.recv() => {
+                    if self.peers.set_index(&indexed.id, &indexed.classes, indexed.index) {
+                        self.share_peers();
+                    }
+                }
                 () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now).into()), if wake.is_some() => self.tick(),
             }
         }
@@ -715,6 +737,42 @@ impl Task {
         }
     }
 
+    /// Embeds device `id`'s newly registered skill text for search by meaning. A spoke
+    /// does it off this task: a function takes tens of milliseconds, a household's
+    /// registrations arriving at start take seconds, and this task must keep the
+    /// connection, the calls and the wake arbitration going meanwhile; one registration
+    /// at a time, so that meeting the household does not take every core, and until it
+    /// is done that peer's skills are found by their words. A one-shot command (`exec`,
+    /// `prompt`) embeds here, so that what it prints does not depend on timing. Text
+    /// seen before is a cache hit either way.
+    fn embed_registration(&mut self, id: &str) {
+        let (Some(semantic), Some(classes)) = (embed::installed(), self.peers.classes(id)) else {
+            return;
+        };
+        let classes = classes.clone();
+        if !self.shared.is_spoke {
+            let index = ClassIndex::build_with(&classes, Some(semantic));
+            self.peers.set_index(id, &classes, index);
+            self.share_peers();
+            return;
+        }
+        let id = id.to_string();
+        let done = self.indexed.0.clone();
+        let turn = self.embedding.clone();
+        // Ends by itself: when the index is sent, or with the runtime.
+        tokio::spawn(async move {
+            let Ok(_turn) = turn.acquire_owned().await else {
+                return;
+            };
+            let text = classes.clone();
+            let built =
+                tokio::task::spawn_blocking(move || ClassIndex::build_with(&text, Some(semantic)));
+            if let Ok(index) = built.await {
+                let _ = done.send(Indexed { id, classes, index });
+            }
+        });
+    }
+
     fn share_peers(&self) {
         self.shared.peers.send_replace(Arc::new(self.peers.clone()));
     }
@@ -738,8 +796,9 @@ impl Task {
             Some(TopicKind::Skills(id)) if valid_device_id(id) => {
                 let outcome = self.peers.set_registration(id, &publish.payload);
                 self.share_peers();
-                if let Err(error) = outcome {
-                    self.refused(id, &error);
+                match outcome {
+                    Ok(()) => self.embed_registration(id),
+                    Err(error) => self.refused(id, &error),
                 }
             }
             Some(TopicKind::Rpc(id)) if id == own => {

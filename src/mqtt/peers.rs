@@ -235,7 +235,10 @@ impl Peers {
             .iter()
             .map(|class| remote_class(id, class))
             .collect();
-        let index = ClassIndex::build(&classes);
+        // Words only, at once: embedding the text for search by meaning takes tens of
+        // milliseconds a function, so the owner of these peers does it elsewhere and
+        // hands the result to `set_index`.
+        let index = ClassIndex::build_with(&classes, None);
         let peer = self.entry(id)?;
         peer.name = name;
         peer.registered = true;
@@ -255,6 +258,26 @@ impl Peers {
             name: id.to_string(),
             ..Peer::default()
         }))
+    }
+
+    /// Replaces device `id`'s search index with `index`, built from `classes`, unless
+    /// the device has registered other classes since. Whether it was taken.
+    pub fn set_index(&mut self, id: &str, classes: &Arc<Vec<ClassDoc>>, index: ClassIndex) -> bool {
+        match self.peers.get_mut(id) {
+            Some(peer) if Arc::ptr_eq(&peer.classes, classes) => {
+                peer.index = Arc::new(index);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The registered classes of device `id`, if it has any.
+    pub fn classes(&self, id: &str) -> Option<&Arc<Vec<ClassDoc>>> {
+        self.peers
+            .get(id)
+            .map(|p| &p.classes)
+            .filter(|c| !c.is_empty())
     }
 
     /// Every peer, by id.
