@@ -217,6 +217,31 @@ fn main() {
         devices.len(),
         utterances.len()
     );
+    // Every request names a function that exists (a typo would only read as a miss).
+    let known: std::collections::HashSet<String> = devices
+        .iter()
+        .flat_map(|d| {
+            d.classes.iter().flat_map(move |c| {
+                c.functions
+                    .iter()
+                    .map(move |f| format!("{}/{}.{}", d.name, c.name, f.name))
+            })
+        })
+        .collect();
+    let unknown: Vec<&str> = utterances
+        .iter()
+        .map(|u| u.expected.as_str())
+        .filter(|e| !known.contains(*e))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "requests expect functions not in the catalogue: {unknown:?}"
+    );
+    // `cargo test --all-targets` runs this file too: the data check is its test.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("retrieval benchmark: data checked; run it with `cargo bench --bench retrieval`");
+        return;
+    }
 
     let started = Instant::now();
     let semantic = Arc::new(Semantic::load(&model_dir()).unwrap_or_else(|e| panic!("{e}")));
