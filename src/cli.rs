@@ -33,6 +33,11 @@ use crate::stt::{SAMPLE_RATE, Transcriber, audio};
 /// registrations) before going on with local skills only.
 const LINK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
+/// How long they then wait for other spokes' skill text to be embedded (with
+/// `search.embedding_model`; each process embeds anew, ~35 ms a function here) before
+/// searching it by words.
+const INDEX_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A voice-assistant spoke: skills, a sandbox for model-written code, and (soon) the
 /// microphone, the hub and MQTT.
 #[derive(Debug, Parser)]
@@ -289,6 +294,10 @@ fn caller_link(
         if !link.wait_ready(LINK_WAIT).await {
             tracing::warn!(
                 "not connected to the MQTT broker after {LINK_WAIT:?}; only local skills are reachable"
+            );
+        } else if !link.wait_indexed(INDEX_WAIT).await {
+            tracing::warn!(
+                "other spokes' skills are not yet embedded for search by meaning after {INDEX_WAIT:?}; they are searched by their words"
             );
         }
         link

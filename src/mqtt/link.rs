@@ -85,6 +85,8 @@ struct Shared {
     settings: LinkSettings,
     is_spoke: bool,
     ready: watch::Sender<bool>,
+    /// Peers' registrations whose text is being embedded for search by meaning.
+    indexing: watch::Sender<usize>,
     peers: watch::Sender<Arc<Peers>>,
     commands: mpsc::Sender<Command>,
     /// Other spokes' wake claims as they arrive: who, what, when (on this clock).
@@ -167,6 +169,7 @@ impl Link {
             settings,
             is_spoke: server.is_some(),
             ready,
+            indexing: watch::channel(0).0,
             peers: peers_tx,
             commands,
             wake: broadcast::channel(WAKE_QUEUE).0,
@@ -201,6 +204,16 @@ impl Link {
     /// Whether connected and subscribed.
     pub fn is_ready(&self) -> bool {
         *self.shared.ready.borrow()
+    }
+
+    /// Waits until the skill text of every registration received so far is embedded for
+    /// search by meaning (at once without an embedding model), at most `timeout`;
+    /// returns whether that happened.
+    pub async fn wait_indexed(&self, timeout: Duration) -> bool {
+        let mut rx = self.shared.indexing.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|pending| *pending == 0))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// Waits until connected and subscribed (retained registrations received), at most
@@ -475,11 +488,12 @@ struct Task {
     embedding: Arc<Semaphore>,
 }
 
-/// A peer's search index with embeddings, built from `classes`.
+/// A peer's search index with embeddings, built from `classes` (`None`: the build
+/// failed, the word-only index stays).
 struct Indexed {
     id: String,
     classes: Arc<Vec<ClassDoc>>,
-    index: ClassIndex,
+    index: Option<ClassIndex>,
 }
 
 /// The connection task: polls the event loop (which reconnects), dispatches what
@@ -554,9 +568,12 @@ impl Task {
                 output = &mut until => return output,
                 Some(command) = commands.recv() => self.command(command),
                 Some(indexed) = self.indexed.1.recv() => {
-                    if self.peers.set_index(&indexed.id, &indexed.classes, indexed.index) {
+                    if let Some(index) = indexed.index
+                        && self.peers.set_index(&indexed.id, &indexed.classes, index)
+                    {
                         self.share_peers();
                     }
+                    self.shared.indexing.send_modify(|n| *n = n.saturating_sub(1));
                 }
                 () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now).into()), if wake.is_some() => self.tick(),
             }
@@ -737,39 +754,36 @@ impl Task {
         }
     }
 
-    /// Embeds device `id`'s newly registered skill text for search by meaning. A spoke
-    /// does it off this task: a function takes tens of milliseconds, a household's
-    /// registrations arriving at start take seconds, and this task must keep the
-    /// connection, the calls and the wake arbitration going meanwhile; one registration
-    /// at a time, so that meeting the household does not take every core, and until it
-    /// is done that peer's skills are found by their words. A one-shot command (`exec`,
-    /// `prompt`) embeds here, so that what it prints does not depend on timing. Text
-    /// seen before is a cache hit either way.
-    fn embed_registration(&mut self, id: &str) {
+    /// Embeds device `id`'s newly registered skill text for search by meaning, off this
+    /// task: a function takes tens of milliseconds, a household's registrations arriving
+    /// at start take seconds, and this task must keep the connection, the calls and the
+    /// wake arbitration going meanwhile. One registration at a time, so that meeting the
+    /// household does not take every core; until it is done that peer's skills are
+    /// found by their words ([`Link::wait_indexed`] waits for it). Text seen before is a
+    /// cache hit.
+    fn embed_registration(&self, id: &str) {
         let (Some(semantic), Some(classes)) = (embed::installed(), self.peers.classes(id)) else {
             return;
         };
         let classes = classes.clone();
-        if !self.shared.is_spoke {
-            let index = ClassIndex::build_with(&classes, Some(semantic));
-            self.peers.set_index(id, &classes, index);
-            self.share_peers();
-            return;
-        }
         let id = id.to_string();
         let done = self.indexed.0.clone();
         let turn = self.embedding.clone();
-        // Ends by itself: when the index is sent, or with the runtime.
+        self.shared.indexing.send_modify(|n| *n += 1);
+        // Ends by itself: when the result is sent, or with the runtime.
         tokio::spawn(async move {
-            let Ok(_turn) = turn.acquire_owned().await else {
-                return;
+            let index = match turn.acquire_owned().await {
+                Ok(_turn) => {
+                    let text = classes.clone();
+                    tokio::task::spawn_blocking(move || {
+                        ClassIndex::build_with(&text, Some(semantic))
+                    })
+                    .await
+                    .ok()
+                }
+                Err(_) => None,
             };
-            let text = classes.clone();
-            let built =
-                tokio::task::spawn_blocking(move || ClassIndex::build_with(&text, Some(semantic)));
-            if let Ok(index) = built.await {
-                let _ = done.send(Indexed { id, classes, index });
-            }
+            let _ = done.send(Indexed { id, classes, index });
         });
     }
 
