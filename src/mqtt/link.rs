@@ -188,6 +188,7 @@ impl Link {
             peers_full_warned: false,
             indexed: mpsc::unbounded_channel(),
             embedding: Arc::new(Semaphore::new(1)),
+            embedding_full_warned: false,
         };
         let task = tokio::spawn(run(state, eventloop, commands_rx));
         Link {
@@ -486,7 +487,12 @@ struct Task {
     ),
     /// One registration embedded at a time.
     embedding: Arc<Semaphore>,
+    embedding_full_warned: bool,
 }
+
+/// Registrations waiting to be embedded at most: a household's worth many times over;
+/// past it (a client flooding registrations) a new one is searched by its words.
+const MAX_EMBEDDING_QUEUE: usize = 64;
 
 /// A peer's search index with embeddings, built from `classes` (`None`: the build
 /// failed, the word-only index stays).
@@ -574,6 +580,9 @@ impl Task {
                         self.share_peers();
                     }
                     self.shared.indexing.send_modify(|n| *n = n.saturating_sub(1));
+                    if *self.shared.indexing.borrow() == 0 {
+                        self.embedding_full_warned = false;
+                    }
                 }
                 () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now).into()), if wake.is_some() => self.tick(),
             }
@@ -761,10 +770,21 @@ impl Task {
     /// household does not take every core; until it is done that peer's skills are
     /// found by their words ([`Link::wait_indexed`] waits for it). Text seen before is a
     /// cache hit.
-    fn embed_registration(&self, id: &str) {
+    fn embed_registration(&mut self, id: &str) {
         let (Some(semantic), Some(classes)) = (embed::installed(), self.peers.classes(id)) else {
             return;
         };
+        if *self.shared.indexing.borrow() >= MAX_EMBEDDING_QUEUE {
+            if !self.embedding_full_warned {
+                self.embedding_full_warned = true;
+                tracing::warn!(
+                    device = id,
+                    limit = MAX_EMBEDDING_QUEUE,
+                    "too many skill registrations waiting to be embedded; newer ones are searched by their words"
+                );
+            }
+            return;
+        }
         let classes = classes.clone();
         let id = id.to_string();
         let done = self.indexed.0.clone();
