@@ -828,9 +828,15 @@ impl Task {
                 }
             }
             Some(TopicKind::Skills(id)) if valid_device_id(id) => {
+                let before = self.peers.classes(id).cloned();
                 let outcome = self.peers.set_registration(id, &publish.payload);
                 self.share_peers();
+                let unchanged = before
+                    .as_ref()
+                    .zip(self.peers.classes(id))
+                    .is_some_and(|(old, new)| Arc::ptr_eq(old, new));
                 match outcome {
+                    Ok(()) if unchanged => {}
                     Ok(()) => self.embed_registration(id),
                     Err(error) => self.refused(id, &error),
                 }

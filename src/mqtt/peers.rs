@@ -235,15 +235,19 @@ impl Peers {
             .iter()
             .map(|class| remote_class(id, class))
             .collect();
-        // Words only, at once: embedding the text for search by meaning takes tens of
-        // milliseconds a function, so the owner of these peers does it elsewhere and
-        // hands the result to `set_index`.
-        let index = ClassIndex::build_with(&classes, None);
         let peer = self.entry(id)?;
         peer.name = name;
         peer.registered = true;
-        peer.classes = Arc::new(classes);
-        peer.index = Arc::new(index);
+        // The same skills again (the peer reconnected, the broker restarted): its index,
+        // embeddings included, stays.
+        if *peer.classes != classes {
+            // Words only, at once: embedding the text for search by meaning takes tens of
+            // milliseconds a function, so the owner of these peers does it elsewhere and
+            // hands the result to `set_index`.
+            let index = ClassIndex::build_with(&classes, None);
+            peer.classes = Arc::new(classes);
+            peer.index = Arc::new(index);
+        }
         Ok(())
     }
 
@@ -516,6 +520,19 @@ mod tests {
            "params":[{"name":"level","type":"int"}],"returns":"int"},
           {"name":"odd","signature":"odd(x: blob) -> int","summary":"?",
            "params":[{"name":"x","type":"blob"}],"returns":"int"}]}]}"#;
+
+    #[test]
+    fn the_same_registration_again_keeps_its_index() {
+        let mut peers = Peers::new("Kitchen", PeerLimits::default());
+        peers.set_registration("tv1", REG.as_bytes()).unwrap();
+        let first = peers.all().next().unwrap().index.clone();
+        peers.set_registration("tv1", REG.as_bytes()).unwrap();
+        assert!(Arc::ptr_eq(&first, &peers.all().next().unwrap().index));
+        let other = REG.replace("Set it.", "Set the volume.");
+        assert_ne!(other, REG);
+        peers.set_registration("tv1", other.as_bytes()).unwrap();
+        assert!(!Arc::ptr_eq(&first, &peers.all().next().unwrap().index));
+    }
 
     #[test]
     fn registration_and_status_make_a_callable_peer() {
