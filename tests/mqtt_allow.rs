@@ -5,8 +5,8 @@
 //! for a caller that asked its own user (`"confirmed": true`).
 
 mod mosquitto;
-#[path = "support/poll.rs"]
-mod poll;
+// The harness brings the polling helper: one copy of the module per test binary.
+use mosquitto::poll;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

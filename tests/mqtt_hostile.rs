@@ -4,8 +4,8 @@
 //! text from the network.
 
 mod mosquitto;
-#[path = "support/poll.rs"]
-mod poll;
+// The harness brings the polling helper: one copy of the module per test binary.
+use mosquitto::poll;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

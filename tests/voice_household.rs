@@ -11,10 +11,10 @@ mod llm;
 mod mosquitto;
 #[path = "support/mouth.rs"]
 mod mouth;
-#[path = "support/poll.rs"]
-mod poll;
 #[path = "support/stt.rs"]
 mod stt_support;
+// The harness brings the polling helper: one copy of the module per test binary.
+use mosquitto::poll;
 
 use std::time::Duration;
 

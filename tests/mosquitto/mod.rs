@@ -5,7 +5,14 @@
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+#[path = "../support/poll.rs"]
+pub mod poll;
+
+/// Numbers the subscribers [`Broker::request`] starts, for their client ids.
+static SUBSCRIBERS: AtomicUsize = AtomicUsize::new(0);
 
 /// A running mosquitto, killed when dropped.
 pub struct Broker {
@@ -200,14 +207,22 @@ impl Broker {
         reply: &str,
         extra: &[&str],
     ) -> Option<String> {
+        // Fixed width, so that no id is a prefix of another in the broker's log.
+        let id = format!("request-{:06}", SUBSCRIBERS.fetch_add(1, Ordering::Relaxed));
         let sub = Command::new("mosquitto_sub")
             .args(self.client_args())
-            .args(["-t", reply, "-C", "1", "-W", "5"])
+            .args(["-i", &id, "-t", reply, "-C", "1", "-W", "5"])
             .stdout(Stdio::piped())
             .spawn()
             .expect("mosquitto_sub");
-        // mosquitto_sub has no "subscribed" signal: give it a moment to subscribe.
-        std::thread::sleep(Duration::from_millis(150));
+        // mosquitto_sub says nothing once subscribed, but the broker logs its SUBACK; a
+        // reply published before that would be lost (as seen on a loaded machine).
+        let subscribed = format!("Sending SUBACK to {id}");
+        poll::wait_until(
+            &format!("mosquitto_sub {id} subscribed to {reply}"),
+            Duration::from_secs(5),
+            || self.log().contains(&subscribed),
+        );
         let payload_file = self.dir.path().join("payload.bin");
         std::fs::write(&payload_file, payload).expect("write payload");
         let status = Command::new("mosquitto_pub")
