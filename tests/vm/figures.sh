@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The figures tests/vm/checks takes inside the arm64 VM, taken the same way outside it,
+# so BENCHMARKS.md ("arm64 under emulation") can give each VM figure next to peers from
+# the same session:
+#
+#   bash tests/vm/figures.sh native      # this machine's x86-64 release binary
+#   bash tests/vm/figures.sh qemu-user   # the aarch64 release binary under qemu-aarch64-static
+#
+# Run after tests/vm/run.sh (it reuses that run's clip and faster-whisper models); for
+# `native` after `cargo build --release`, for `qemu-user` with Debian's qemu-user-static.
+# Prints `FIGURE name value` lines with the same names as the VM's.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cache=${SPOKE_VM_CACHE:-$root/target/vm}
+case ${1:-} in
+    native) spoke=("$root/target/release/strawberry-spoke") ;;
+    # Through the cross glibc's own loader: see cross.toml for why -L or LD_LIBRARY_PATH
+    # alone hangs on the first thread.
+    qemu-user) spoke=(qemu-aarch64-static /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1
+        --library-path /usr/aarch64-linux-gnu/lib:/usr/lib/aarch64-linux-gnu
+        "$root/target/aarch64-unknown-linux-gnu/release/strawberry-spoke") ;;
+    *) echo "usage: $0 native|qemu-user" >&2; exit 2 ;;
+esac
+[ "$1" = native ] || command -v qemu-aarch64-static >/dev/null || { echo "qemu-user: apt-get install qemu-user-static" >&2; exit 1; }
+[ -s "$cache/payload/clip.wav" ] || { echo "no $cache/payload/clip.wav: run tests/vm/run.sh first" >&2; exit 1; }
+work=$cache/figures-$1
+mkdir -p "$work"
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+run_field() { sed -n "s/.*sandbox run.* $1=\([0-9]*\).*/\1/p" "$work/exec.err" | tail -n 1; }
+
+debug=warn,strawberry_spoke::sandbox=debug
+t0=$(now)
+out=$(RUST_LOG=$debug "${spoke[@]}" exec -e 'print(40 + 2)' 2>"$work/exec.err")
+[ "$out" = 42 ] || { echo "print(40 + 2) printed '$out'" >&2; exit 1; }
+echo "FIGURE exec_process_s $(secs "$t0" "$(now)")"
+echo "FIGURE sandbox_first_run_us $(run_field elapsed_us)"
+RUST_LOG=$debug "${spoke[@]}" exec -e 'device.ClockSkill.now("").year' >/dev/null 2>"$work/exec.err"
+echo "FIGURE device_call_one_us $(run_field device_time_us)"
+RUST_LOG=$debug "${spoke[@]}" exec -e 'let y = 0; for i in 0..1000 { y = device.ClockSkill.now("").year; } y' >/dev/null 2>"$work/exec.err"
+echo "FIGURE device_call_us $(($(run_field device_time_us) / 1000))"
+
+for m in tiny base; do
+    case $m in tiny) name=tiny.en-q8_0 ;; base) name=base-q8_0 ;; esac
+    t0=$(now)
+    "${spoke[@]}" model import-ct2 "$cache/payload/$m-ct2" "$work/ggml-$name.bin" --quantize q8_0 >/dev/null 2>&1
+    echo "FIGURE import_ct2_${m}_s $(secs "$t0" "$(now)")"
+    printf '[stt]\nmodel = "%s"\nthreads = 2\n' "$work/ggml-$name.bin" >"$work/stt.toml"
+    "${spoke[@]}" --config "$work/stt.toml" transcribe "$cache/payload/clip.wav" >/dev/null 2>&1
+    "${spoke[@]}" --config "$work/stt.toml" transcribe "$cache/payload/clip.wav" >"$work/stt.out" 2>"$work/stt.err"
+    grep -qi kitchen "$work/stt.out" || { echo "$name heard: $(cat "$work/stt.out")" >&2; exit 1; }
+    echo "FIGURE stt_${name}_inference_ms $(sed -n 's/.*inference \([0-9]*\) ms.*/\1/p' "$work/stt.err")"
+done
