@@ -34,10 +34,10 @@ fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The shipped unit, with `ExecStart` pointing at this build's binary: `verify` checks
-/// that the command exists and is executable, and this test cannot install to /usr/bin.
-fn unit_copy(dir: &Path) -> PathBuf {
-    let unit = std::fs::read_to_string(repo().join("packaging/strawberry-spoke.service")).unwrap();
+/// A copy of the shipped unit `unit`, with `ExecStart` pointing at this build's binary:
+/// `verify` checks that the command exists and is executable, and this test cannot
+/// install to /usr/bin.
+fn unit_copy(dir: &Path, unit: &str) -> PathBuf {
     assert!(unit.contains("ExecStart=/usr/bin/strawberry-spoke "));
     let path = dir.join("strawberry-spoke.service");
     std::fs::write(
@@ -53,8 +53,10 @@ fn unit_copy(dir: &Path) -> PathBuf {
 
 #[test]
 fn the_unit_verifies_cleanly_and_is_hardened() {
+    let shipped =
+        std::fs::read_to_string(repo().join("packaging/strawberry-spoke.service")).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let unit = unit_copy(dir.path());
+    let unit = unit_copy(dir.path(), &shipped);
     let unit = unit.to_str().unwrap();
     // Warnings (an unknown or misspelt directive, a bad value) go to stderr with exit 0.
     let out = run("systemd-analyze", &["verify", unit]);
@@ -79,8 +81,6 @@ fn the_unit_verifies_cleanly_and_is_hardened() {
         .unwrap_or_else(|| panic!("no exposure level in:\n{all}"));
     assert!(score <= 2.0, "exposure {score} > 2.0");
     // The hardening review's two omissions, and the one setting wasmtime cannot live with.
-    let shipped =
-        std::fs::read_to_string(repo().join("packaging/strawberry-spoke.service")).unwrap();
     for key in ["MemoryMax=", "TasksMax=", "WatchdogSec=", "TimeoutStopSec="] {
         assert!(
             shipped.lines().any(|l| l.starts_with(key)),
