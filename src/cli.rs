@@ -495,6 +495,10 @@ fn render_function(f: &SkillFunction, remote: &AllowList) -> String {
     if !f.docstring.is_empty() && f.docstring != f.summary {
         out.push_str(&indent(&f.docstring, 2));
     }
+    // What search matches a spoken request against, so authors see what they wrote.
+    for request in &f.requests {
+        out.push_str(&format!("  asked as: {request}\n"));
+    }
     out
 }
 

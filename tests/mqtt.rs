@@ -834,6 +834,7 @@ const TV_POWER: &str = r#"//! The living room television.
 /// Switch the TV on
 ///
 /// @return string  What the TV did.
+/// @request put the goggle box on
 fn power_on() {
     storage_set("power", "on");
     "the TV is on"
@@ -963,6 +964,11 @@ fn the_kitchen_sees_and_reaches_the_living_room_tv() {
         hits[0]["online"],
         serde_json::json!(["Kitchen", "Living Room TV"])
     );
+    // The TV's `@request` lines came with its registration: a word only they have
+    // finds it from the kitchen.
+    let hits = json(r#"device.search_skills("goggle box")"#);
+    assert_eq!(hits[0]["name"], "TvSkill.power_on", "{hits}");
+    assert_eq!(hits[0]["devices"], serde_json::json!(["Living Room TV"]));
     let hits = json(r#"device.search_skills("greets people")"#);
     let garage_hello = hits
         .as_array()

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use strawberry_spoke::skills::embed::{Semantic, cosine};
 use strawberry_spoke::skills::search::{self, ClassIndex, Doc};
-use strawberry_spoke::skills::{ClassDoc, Param, SkillFunction, ValueType};
+use strawberry_spoke::skills::{ClassDoc, Example, Param, SkillFunction, ValueType};
 
 fn model_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/stt-test/minilm");
@@ -45,6 +45,7 @@ fn function(class: &str, name: &str, params: &[&str], summary: &str) -> SkillFun
         returns_doc: String::new(),
         summary: summary.into(),
         docstring: String::new(),
+        requests: Vec::new(),
         confirm: false,
         model_callable: true,
         remote: true,
@@ -219,4 +220,70 @@ fn skill_text_is_embedded_once_per_version() {
     assert_eq!(semantic.cached(), functions);
     assert_eq!(semantic.computed() as usize, functions + 2);
     drop((third, fourth, fifth));
+}
+
+/// A kitchen where "milk" is a word of the coffee machine's documentation and not of
+/// the shopping list's.
+fn kitchen(requests: &[&str], example: Option<&str>) -> Vec<ClassDoc> {
+    let mut shopping = class(
+        "ShoppingListSkill",
+        "The household's shopping list.",
+        &[
+            ("add_item", &["item"], "Add an item to the shopping list."),
+            ("read_list", &[], "Read out the shopping list."),
+        ],
+    );
+    shopping.functions[0].requests = requests.iter().map(|r| r.to_string()).collect();
+    if let Some(request) = example {
+        shopping.examples.push(Example {
+            request: request.into(),
+            code: "device.ShoppingListSkill.add_item(\"eggs\")".into(),
+        });
+    }
+    vec![
+        shopping,
+        class(
+            "CoffeeSkill",
+            "The bean-to-cup coffee machine.",
+            &[
+                ("make_coffee", &["drink"], "Make a coffee drink."),
+                (
+                    "clean_milk_system",
+                    &[],
+                    "Rinse the milk system after a milk drink.",
+                ),
+                ("beans_level", &[], "How full the bean container is."),
+            ],
+        ),
+    ]
+}
+
+#[test]
+fn ways_of_asking_find_a_function_its_documentation_does_not() {
+    let semantic = Arc::new(Semantic::load(&model_dir()).unwrap_or_else(|e| panic!("{e}")));
+    let query = "we're out of milk";
+    let bare = kitchen(&[], None);
+    let index = ClassIndex::build_with(&bare, Some(semantic.clone()));
+    assert_ne!(
+        ranked(&index, &bare, query).first().map(String::as_str),
+        Some("ShoppingListSkill.add_item")
+    );
+    // The function's own `@request` lines...
+    let asked = kitchen(&["we're out of eggs", "put bread on the list"], None);
+    let index = ClassIndex::build_with(&asked, Some(semantic.clone()));
+    assert_eq!(
+        ranked(&index, &asked, query).first().map(String::as_str),
+        Some("ShoppingListSkill.add_item")
+    );
+    // ...or a class `@example` whose code calls it.
+    let example = kitchen(&[], Some("we're out of eggs"));
+    let index = ClassIndex::build_with(&example, Some(semantic.clone()));
+    assert_eq!(
+        ranked(&index, &example, query).first().map(String::as_str),
+        Some("ShoppingListSkill.add_item")
+    );
+    // Each way of asking is embedded once, like the documentation.
+    let before = semantic.computed();
+    ClassIndex::build_with(&asked, Some(semantic.clone()));
+    assert_eq!(semantic.computed(), before);
 }

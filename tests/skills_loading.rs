@@ -174,7 +174,7 @@ fn a_missing_folder_is_one_clear_error() {
 
 #[test]
 fn doc_comment_mistakes_name_the_fix() {
-    let cases: [(&str, &str); 9] = [
+    let cases: [(&str, &str); 11] = [
         (
             "//! S.\n\n/// Run.\n/// @param b: int  B.\n/// @param a: int  A.\nfn run(a, b) {}\n",
             "DIR/t.rhai:5:12: `@param a` is out of order; document the parameters in the order of `fn run(a, b)`",
@@ -210,6 +210,14 @@ fn doc_comment_mistakes_name_the_fix() {
         (
             "//! S.\n\n/// Run.\nfn run() {}\n\n/// Run again.\n/// @param a: int  A.\nfn run(a) {}\n",
             "DIR/t.rhai:8:4: `run` is already defined on line 4; a skill exports one function per name, so rename one or make it `private`",
+        ),
+        (
+            "//! S.\n\n/// Run.\n/// @request\nfn run() {}\n",
+            "DIR/t.rhai:4:5: `@request` needs what a person would say, e.g. `/// @request put the telly on`",
+        ),
+        (
+            "//! S.\n\n/// Run.\n/// @example run it\nfn run() {}\n",
+            "DIR/t.rhai:4:5: `@example` belongs in the class's `//!` comment, with code; to say how people ask for this function, write `/// @request put the telly on`",
         ),
     ];
     for (text, expected) in cases {
@@ -406,6 +414,49 @@ fn a_parameter_without_its_param_line_loads_as_any_with_a_warning() {
     let class = Registry::load_file(&path, &settings()).expect("loads");
     assert_eq!(class.functions[0].signature(), "run(a: any, b: int) -> ()");
     assert_eq!(class.warnings.len(), 1);
+}
+
+#[test]
+fn request_lines_are_kept_in_order_and_bounded_with_warnings() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tv.rhai");
+    let many: String = (1..=17)
+        .map(|n| format!("/// @request put channel {n} on\n"))
+        .collect();
+    let long = "very ".repeat(50);
+    std::fs::write(
+        &path,
+        format!(
+            "//! The TV.\n\n/// Switch the TV on.\n/// @request put the telly on\n/// @request I want to watch something\nfn power_on() {{}}\n\n/// Change the channel.\n{many}/// @request a {long}long one\n/// @param n: int  The channel.\nfn channel(n) {{}}\n"
+        ),
+    )
+    .unwrap();
+    let class = Registry::load_file(&path, &settings()).expect("loads");
+    assert_eq!(
+        class.functions[0].requests,
+        ["put the telly on", "I want to watch something"]
+    );
+    let channel = &class.functions[1];
+    assert_eq!(channel.requests.len(), 16);
+    assert_eq!(channel.requests[15], "put channel 16 on");
+    // Prose and tags after `@request` lines still land where they belong.
+    assert_eq!(channel.summary, "Change the channel.");
+    assert_eq!(channel.signature(), "channel(n: int) -> ()");
+    let warnings: Vec<String> = class
+        .warnings
+        .iter()
+        .map(|w| {
+            w.to_string()
+                .replace(&format!("{}/", dir.path().display()), "")
+        })
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            "tv.rhai:25:5: `channel` has more than 16 `@request` lines; search uses the first 16, keep the most different ones",
+            "tv.rhai:26:5: `@request` of `channel` is over 200 characters, so search ignores it; write one short sentence a person would say",
+        ]
+    );
 }
 
 #[test]

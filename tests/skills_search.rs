@@ -42,6 +42,12 @@ fn a_word_only_in_a_docstring_finds_the_function() {
 }
 
 #[test]
+fn a_word_only_in_a_request_line_finds_the_function() {
+    let registry = registry();
+    assert_eq!(names(&registry, "so gloomy", 1), ["LightsSkill.turn_on"]);
+}
+
+#[test]
 fn typos_still_match() {
     let registry = registry();
     let volume = names(&registry, "volum", 2);

@@ -483,6 +483,9 @@ fn remote_class(id: &str, class: &ClassEntry) -> ClassDoc {
         .map(|mut f| {
             f.summary = clean_text(&f.summary);
             f.docstring = clean_text(&f.docstring);
+            for request in &mut f.requests {
+                *request = clean_text(request);
+            }
             for p in &mut f.params {
                 p.description = clean_text(&p.description);
             }
@@ -548,6 +551,20 @@ mod tests {
         assert!(peer.function("VolumeSkill", "odd").is_none());
         peers.set_status("tv1", b"offline").unwrap();
         assert!(!peers.all().next().unwrap().online);
+    }
+
+    #[test]
+    fn a_peer_s_requests_are_kept_clean() {
+        let mut peers = Peers::new("Kitchen", PeerLimits::default());
+        let reg = REG.replace(
+            r#""summary":"Set it.","#,
+            r#""summary":"Set it.","requests":["make it louder\u001b[2J","turn it up"],"#,
+        );
+        assert_ne!(reg, REG);
+        peers.set_registration("tv1", reg.as_bytes()).unwrap();
+        let peer = peers.all().next().unwrap();
+        let set = peer.function("VolumeSkill", "set").unwrap();
+        assert_eq!(set.requests, ["make it louder[2J", "turn it up"]);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::skills::{Param, Registry, SkillFunction, ValueType};
+use crate::skills::{MAX_REQUEST_CHARS, MAX_REQUESTS, Param, Registry, SkillFunction, ValueType};
 
 /// Version of the registration and call payloads described here.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -239,6 +239,10 @@ pub struct FunctionEntry {
     /// Whether the hosting device asks its user before running it.
     #[serde(default)]
     pub confirm: bool,
+    /// Ways people ask for it (`@request` lines), for search; absent when none, so
+    /// registrations without them read as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<String>,
 }
 
 /// One parameter of a [`FunctionEntry`].
@@ -319,6 +323,7 @@ impl FunctionEntry {
                 .collect(),
             returns: f.returns.to_string(),
             confirm: f.confirm,
+            requests: f.requests.clone(),
         }
     }
 
@@ -345,6 +350,14 @@ impl FunctionEntry {
             returns_doc: String::new(),
             summary: self.summary.clone(),
             docstring: self.docstring.clone(),
+            // A peer's requests cost an embedding each here: bounded as a file's are.
+            requests: self
+                .requests
+                .iter()
+                .filter(|r| r.chars().count() <= MAX_REQUEST_CHARS)
+                .take(MAX_REQUESTS)
+                .cloned()
+                .collect(),
             confirm: self.confirm,
             model_callable: true,
             // A peer registers only what it lets other devices call.
@@ -480,6 +493,37 @@ mod tests {
         assert_eq!(confirmed["confirmed"], Value::Bool(true));
         let back: CallRequest = serde_json::from_str(&plain).unwrap();
         assert!(!back.confirmed);
+    }
+
+    #[test]
+    fn requests_travel_only_when_present_and_a_peer_s_are_bounded() {
+        let entry = |requests: Vec<String>| FunctionEntry {
+            name: "power_on".into(),
+            signature: "power_on() -> ()".into(),
+            summary: "Switch the TV on.".into(),
+            docstring: String::new(),
+            params: Vec::new(),
+            returns: "()".into(),
+            confirm: false,
+            requests,
+        };
+        // Registrations without requests read as before the field existed.
+        let plain = serde_json::to_value(entry(Vec::new())).unwrap();
+        assert!(plain.get("requests").is_none(), "{plain}");
+        let old: FunctionEntry = serde_json::from_value(plain).unwrap();
+        assert!(old.requests.is_empty());
+        // A peer's requests: too long ones dropped, at most MAX_REQUESTS kept.
+        let mut requests = vec!["x".repeat(MAX_REQUEST_CHARS + 1)];
+        requests.extend((0..MAX_REQUESTS + 5).map(|n| format!("put channel {n} on")));
+        let function = entry(requests).to_function("TvSkill").unwrap();
+        assert_eq!(function.requests.len(), MAX_REQUESTS);
+        assert_eq!(function.requests[0], "put channel 0 on");
+        let round = serde_json::to_string(&entry(vec!["put the telly on".into()])).unwrap();
+        let read: FunctionEntry = serde_json::from_str(&round).unwrap();
+        assert_eq!(
+            read.to_function("TvSkill").unwrap().requests,
+            ["put the telly on"]
+        );
     }
 
     #[test]

@@ -153,7 +153,9 @@ pub(crate) struct ModuleDoc {
 }
 
 const MODULE_TAGS: [&str; 3] = ["class", "example", "remote"];
-const FN_TAGS: [&str; 5] = ["param", "return", "confirm", "no_model", "remote"];
+const FN_TAGS: [&str; 6] = [
+    "param", "return", "request", "confirm", "no_model", "remote",
+];
 
 /// The line with leading blanks moved into its column, so tags may be indented.
 fn normalized(line: &DocLine) -> DocLine {
@@ -310,6 +312,8 @@ pub(crate) struct FnDoc {
     pub params: Vec<ParamDoc>,
     pub returns: Option<ValueType>,
     pub returns_doc: String,
+    /// `@request` lines with where each was written.
+    pub requests: Vec<(String, usize, usize)>,
     pub confirm: bool,
     pub no_model: bool,
     /// `@remote`: other devices may call it.
@@ -447,6 +451,17 @@ pub(crate) fn parse_fn(lines: &[DocLine]) -> Result<FnDoc, DocError> {
                     doc.returns_doc = cursor.rest().trim().to_string();
                     last = Last::Return;
                 }
+                "request" => {
+                    if rest.is_empty() {
+                        return err(
+                            line.line,
+                            column,
+                            "`@request` needs what a person would say, e.g. `/// @request put the telly on`",
+                        );
+                    }
+                    doc.requests.push((rest.to_string(), line.line, column));
+                    last = Last::Flag;
+                }
                 "confirm" | "no_model" | "remote" => {
                     if !rest.is_empty() {
                         return err(
@@ -464,6 +479,13 @@ pub(crate) fn parse_fn(lines: &[DocLine]) -> Result<FnDoc, DocError> {
                         }
                     }
                     last = Last::Flag;
+                }
+                "example" => {
+                    return err(
+                        line.line,
+                        column,
+                        "`@example` belongs in the class's `//!` comment, with code; to say how people ask for this function, write `/// @request put the telly on`",
+                    );
                 }
                 other => return unknown_tag(line, other, &FN_TAGS),
             }

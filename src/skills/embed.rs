@@ -54,9 +54,10 @@ const MAX_VOCAB: usize = 250_000;
 pub const MAX_TOKENS: usize = 128;
 /// Characters of one word WordPiece splits; longer words are `[UNK]` (as in BERT).
 const MAX_WORD_CHARS: usize = 100;
-/// Skill texts kept in the cache (1.5 kB each with MiniLM); past it, the entries no
-/// index holds are dropped, and if that is not enough, all of them.
-const MAX_CACHED: usize = 4096;
+/// Skill texts kept in the cache (1.5 kB each with MiniLM): a household's functions
+/// and their `@request` lines, with room to spare; past it, the entries no index holds
+/// are dropped, and if that is not enough, all of them.
+const MAX_CACHED: usize = 16_384;
 
 /// Why the embedding model could not be loaded.
 #[derive(Debug, thiserror::Error)]

@@ -32,7 +32,8 @@ use super::host_api::{self, HostSettings, SkillContext};
 use super::storage::Store;
 use super::value::{dynamic_to_json, json_to_dynamic};
 use super::{
-    CallError, ClassDoc, LoadError, Param, SkillClass, SkillFunction, ValueType, deadline, suggest,
+    CallError, ClassDoc, LoadError, MAX_REQUEST_CHARS, MAX_REQUESTS, Param, SkillClass,
+    SkillFunction, ValueType, deadline, suggest,
 };
 
 /// Names Rhai handles itself; a skill function with one of them could not be reached
@@ -488,6 +489,30 @@ fn function(
             ),
         ));
     }
+    let mut requests = Vec::new();
+    for (request, line, column) in doc.requests {
+        if request.chars().count() > MAX_REQUEST_CHARS {
+            warnings.push(fail(
+                line,
+                column,
+                format!(
+                    "`@request` of `{}` is over {MAX_REQUEST_CHARS} characters, so search ignores it; write one short sentence a person would say",
+                    f.name
+                ),
+            ));
+        } else if requests.len() == MAX_REQUESTS {
+            warnings.push(fail(
+                line,
+                column,
+                format!(
+                    "`{}` has more than {MAX_REQUESTS} `@request` lines; search uses the first {MAX_REQUESTS}, keep the most different ones",
+                    f.name
+                ),
+            ));
+        } else {
+            requests.push(request);
+        }
+    }
     let function = SkillFunction {
         class: class.to_string(),
         name: f.name.clone(),
@@ -504,6 +529,7 @@ fn function(
         returns_doc: doc.returns_doc,
         summary: doc.summary,
         docstring: doc.docstring,
+        requests,
         confirm: doc.confirm,
         model_callable: !doc.no_model,
         // A class-wide mark does not extend to functions that ask first: opening one of

@@ -114,6 +114,13 @@ pub struct Param {
     pub description: String,
 }
 
+/// `@request` lines kept per function: enough ways of asking to cover a function's
+/// synonyms, few enough that embedding them all stays cheap (each costs one embedding
+/// per version of its text, for local skills and peers' alike).
+pub const MAX_REQUESTS: usize = 16;
+/// Characters of one `@request` line; a spoken request is a sentence.
+pub const MAX_REQUEST_CHARS: usize = 200;
+
 /// One exported function of a skill class, as its doc comments describe it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SkillFunction {
@@ -131,6 +138,9 @@ pub struct SkillFunction {
     pub summary: String,
     /// The rest of the prose, possibly empty.
     pub docstring: String,
+    /// `@request` lines: ways people ask for it ("put the telly on"), which search
+    /// matches a spoken request against; at most [`MAX_REQUESTS`].
+    pub requests: Vec<String>,
     /// `@confirm`: the user must confirm before it runs.
     pub confirm: bool,
     /// `false` when marked `@no_model`: only a person (CLI) may call it.

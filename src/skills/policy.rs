@@ -368,6 +368,7 @@ mod tests {
             returns_doc: String::new(),
             summary: "Deletes every note in a list.".into(),
             docstring: String::new(),
+            requests: Vec::new(),
             confirm: true,
             model_callable,
             remote,

@@ -10,6 +10,14 @@
 //! once, when its index is built, and [`score`] blends the cosine similarity of the
 //! request with the lexical score ([`LEXICAL_WEIGHT`]). Without a model the ranking is
 //! lexical only.
+//!
+//! Documentation says what a function does in its author's words; people ask in theirs
+//! ("I fancy a cuppa" for `KettleSkill.switch_on`), and no sentence model we can run on
+//! a spoke bridges that gap reliably. So, as other voice assistants ask for sample
+//! utterances, a function may carry `@request` lines, ways people ask for it; each is
+//! embedded too (as are the requests of the class's examples that call it), and a
+//! request counts as close to the function as to the closest of them. On the retrieval
+//! benchmark they are worth more than any model change measured (BENCHMARKS.md).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -32,7 +40,8 @@ const SUMMARY: f32 = 2.0;
 const PARAM_NAME: f32 = 1.0;
 const DOCSTRING: f32 = 1.0;
 const CLASS_SUMMARY: f32 = 1.0;
-/// Example requests that use the function are strong hints; the others, weak ones.
+/// Example requests that use the function (and its `@request` lines) are strong
+/// hints; the class's other examples, weak ones.
 const EXAMPLE_USING: f32 = 1.0;
 const EXAMPLE_OTHER: f32 = 0.3;
 const MINOR: f32 = 0.5;
@@ -48,6 +57,7 @@ const MAX_EXPANSIONS: usize = 64;
 /// (`benches/retrieval.rs`, BENCHMARKS.md): recall is flat from about 0.2 to 0.4 and
 /// falls on either side (below, a shared word such as a room name counts too little;
 /// above, lexical near-misses outrank synonyms); the held-out half was only scored.
+/// With `@request` lines the dev half is flat from 0.1 to 0.5 (recall@5 best from 0.3).
 pub const LEXICAL_WEIGHT: f32 = 0.3;
 
 const K1: f32 = 1.2;
@@ -85,8 +95,10 @@ impl Terms {
 struct ClassTerms {
     shared: Terms,
     functions: Vec<Terms>,
-    /// Each function's embedding, when the index has a model.
-    vectors: Vec<Arc<[f32]>>,
+    /// Each function's embeddings, when the index has a model: its documentation's
+    /// first, then one per way of asking for it (its `@request` lines and the class's
+    /// `@example` requests whose code calls it).
+    vectors: Vec<Vec<Arc<[f32]>>>,
 }
 
 /// The searchable text of a set of skill classes, tokenised once when the set changes
@@ -127,12 +139,17 @@ impl Doc<'_> {
         shared.len + own.len
     }
 
-    fn vector(&self) -> Option<&[f32]> {
+    fn vectors(&self) -> Option<&[Arc<[f32]>]> {
         self.index.classes[self.class]
             .vectors
             .get(self.function)
             .map(|v| &v[..])
     }
+}
+
+/// Whether an example's code calls `function` (of its class).
+fn calls(code: &str, function: &SkillFunction) -> bool {
+    code.contains(&format!(".{}(", function.name))
 }
 
 /// What of a function is embedded: its words as a sentence, the most telling first
@@ -207,10 +224,12 @@ impl ClassIndex {
                             own.add(&tokens(&p.name), PARAM_NAME);
                             own.add(&tokens(&p.description), MINOR);
                         }
+                        for request in &f.requests {
+                            own.add(&tokens(request), EXAMPLE_USING);
+                        }
                         // The rest of an example's weight when it uses this function.
-                        let call = format!(".{}(", f.name);
                         for (example, words) in class.examples.iter().zip(&examples) {
-                            if example.code.contains(&call) {
+                            if calls(&example.code, f) {
                                 own.add(words, EXAMPLE_USING - EXAMPLE_OTHER);
                             }
                         }
@@ -223,7 +242,17 @@ impl ClassIndex {
                     Some(semantic) => class
                         .functions
                         .iter()
-                        .map(|f| semantic.embed_cached(&embedding_text(class, f)))
+                        .map(|f| {
+                            let asked = class
+                                .examples
+                                .iter()
+                                .filter(|e| calls(&e.code, f))
+                                .map(|e| &e.request);
+                            std::iter::once(embedding_text(class, f))
+                                .chain(f.requests.iter().chain(asked).cloned())
+                                .map(|text| semantic.embed_cached(&text))
+                                .collect()
+                        })
                         .collect(),
                     None => Vec::new(),
                 };
@@ -301,18 +330,26 @@ pub fn query_is_empty(query: &str) -> bool {
 /// documents and their vocabularies; nothing is tokenised here but the query.
 pub fn score(docs: &[Doc<'_>], query: &str) -> Vec<f32> {
     let lexical = lexical_score(docs, query);
-    if query_is_empty(query) {
-        return lexical;
+    match semantic_score(docs, query) {
+        Some(cosines) => hybrid(&lexical, &cosines, LEXICAL_WEIGHT),
+        None => lexical,
     }
-    let Some(semantic) = common_model(docs) else {
-        return lexical;
-    };
+}
+
+/// The embedding part of [`score`]: each document's similarity to `query` by meaning;
+/// `None` when the documents were not all embedded with one model or the query has
+/// no searchable word.
+pub fn semantic_score(docs: &[Doc<'_>], query: &str) -> Option<Vec<f32>> {
+    if query_is_empty(query) {
+        return None;
+    }
+    let semantic = common_model(docs)?;
     let wanted = semantic.embed_query(query);
-    let cosines: Vec<f32> = docs
-        .iter()
-        .map(|d| d.vector().map_or(0.0, |v| embed::cosine(&wanted, v)))
-        .collect();
-    hybrid(&lexical, &cosines, LEXICAL_WEIGHT)
+    Some(
+        docs.iter()
+            .map(|d| d.vectors().map_or(0.0, |v| similarity(&wanted, v)))
+            .collect(),
+    )
 }
 
 /// Blends lexical scores with cosine similarities: cosine plus `lexical_weight` times
@@ -330,6 +367,15 @@ pub fn hybrid(lexical: &[f32], cosines: &[f32], lexical_weight: f32) -> Vec<f32>
         .collect()
 }
 
+/// How close a request is to a function by meaning: to its documentation, or to one
+/// of the ways its author wrote that people ask for it, whichever is closer.
+fn similarity(wanted: &[f32], vectors: &[Arc<[f32]>]) -> f32 {
+    vectors
+        .iter()
+        .map(|v| embed::cosine(wanted, v))
+        .fold(0.0, f32::max)
+}
+
 /// The model every document was embedded with, when they all were with the same one
 /// (documents of indexes built with and without a model rank lexically, on one scale).
 fn common_model<'a>(docs: &[Doc<'a>]) -> Option<&'a Arc<Semantic>> {
@@ -340,7 +386,7 @@ fn common_model<'a>(docs: &[Doc<'a>]) -> Option<&'a Arc<Semantic>> {
                 .semantic
                 .as_ref()
                 .is_some_and(|s| Arc::ptr_eq(s, first))
-                && d.vector().is_some()
+                && d.vectors().is_some()
         })
         .then_some(first)
 }
