@@ -367,12 +367,13 @@ impl Owner {
             dropped: 0,
         };
         let (errors, error_rx) = mpsc::sync_channel(8);
+        let xruns = Arc::new(AtomicU64::new(0));
         let stream = device
             .build_input_stream_raw(
                 config,
                 format,
                 move |data: &cpal::Data, _: &cpal::InputCallbackInfo| converter.push(data),
-                stream_errors(errors, "input overrun"),
+                stream_errors(errors, xruns.clone()),
                 None,
             )
             .map_err(open_err)?;
@@ -391,6 +392,7 @@ impl Owner {
         Ok(OpenStream {
             _stream: stream,
             errors: error_rx,
+            xruns,
             device: id,
         })
     }
@@ -426,17 +428,29 @@ impl Owner {
         let tick = Duration::from_millis(100);
         let mut seen = self.shared.frames.load(Ordering::Relaxed);
         let mut last_audio = Instant::now();
-        loop {
+        let mut overruns = XrunReport::default();
+        let report = |overruns: &mut XrunReport, force: bool| {
+            let count = open.xruns.load(Ordering::Relaxed);
+            if let Some(lost) = overruns.due(count, Instant::now(), force) {
+                tracing::warn!(
+                    device = %open.device,
+                    overruns = lost,
+                    "audio input overruns: sound from the microphone was lost because the board was too busy to read it in time; a command may be misheard"
+                );
+            }
+        };
+        let ended = loop {
+            report(&mut overruns, false);
             match self.stop.recv_timeout(tick) {
                 Err(RecvTimeoutError::Timeout) => {}
-                _ => return Ended::Stopped,
+                _ => break Ended::Stopped,
             }
             if self.shared.consumer_gone.load(Ordering::Relaxed) {
-                return Ended::Stopped;
+                break Ended::Stopped;
             }
             if let Ok(message) = open.errors.try_recv() {
-                return Ended::Failed(CaptureError::Stream {
-                    device: open.device,
+                break Ended::Failed(CaptureError::Stream {
+                    device: open.device.clone(),
                     message,
                 });
             }
@@ -445,18 +459,22 @@ impl Owner {
                 seen = now;
                 last_audio = Instant::now();
             } else if last_audio.elapsed() >= self.settings.stall_timeout {
-                return Ended::Failed(CaptureError::Stalled {
-                    device: open.device,
+                break Ended::Failed(CaptureError::Stalled {
+                    device: open.device.clone(),
                     after: self.settings.stall_timeout,
                 });
             }
-        }
+        };
+        report(&mut overruns, true);
+        ended
     }
 }
 
 struct OpenStream {
     _stream: cpal::Stream,
     errors: Receiver<String>,
+    /// Overruns counted by the stream's error callback.
+    xruns: Arc<AtomicU64>,
     device: String,
 }
 
@@ -487,18 +505,49 @@ pub(crate) fn find_input(host: &cpal::Host, name: &str) -> Result<cpal::Device, 
     })
 }
 
-/// A stream's error callback: over- and underruns are logged at debug (a busy moment,
-/// not a broken device); anything else goes to the thread that owns the stream.
+/// A stream's error callback: over- and underruns are counted in `xruns` (a busy
+/// moment, not a broken device; the thread that owns the stream reports them, see
+/// [`XrunReport`]); anything else goes to that thread as a failure.
 pub(crate) fn stream_errors(
     errors: SyncSender<String>,
-    xrun: &'static str,
+    xruns: Arc<AtomicU64>,
 ) -> impl FnMut(cpal::Error) + Send + 'static {
     move |error: cpal::Error| {
         if error.kind() == cpal::ErrorKind::Xrun {
-            tracing::debug!("audio {xrun}: {error}");
+            xruns.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!("audio xrun: {error}");
             return;
         }
         let _ = errors.try_send(error.to_string());
+    }
+}
+
+/// How often at most a stream's over- or underruns are reported at warn level.
+pub(crate) const XRUN_REPORT_EVERY: Duration = Duration::from_secs(60);
+
+/// Turns a stream's running count of over- or underruns into warnings a person sees at
+/// the default log level: lost or cut audio on a busy board explains a garbled reply or
+/// a missed command, but one line per xrun would flood the journal.
+#[derive(Debug, Default)]
+pub(crate) struct XrunReport {
+    reported: u64,
+    last: Option<Instant>,
+}
+
+impl XrunReport {
+    /// The xruns to report now, given the stream's count: those since the last report,
+    /// when there are any and the last report is [`XRUN_REPORT_EVERY`] old (or `force`,
+    /// when the stream is closing).
+    pub(crate) fn due(&mut self, count: u64, now: Instant, force: bool) -> Option<u64> {
+        let new = count.saturating_sub(self.reported);
+        let quiet = self
+            .last
+            .is_none_or(|last| now.saturating_duration_since(last) >= XRUN_REPORT_EVERY);
+        (new > 0 && (quiet || force)).then(|| {
+            self.reported = count;
+            self.last = Some(now);
+            new
+        })
     }
 }
 
@@ -586,6 +635,24 @@ fn to_mono_f32(data: &cpal::Data, channels: usize) -> Option<Vec<f32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn xruns_are_reported_at_most_once_a_minute_and_when_the_stream_closes() {
+        let start = Instant::now();
+        let mut report = XrunReport::default();
+        assert_eq!(report.due(0, start, false), None);
+        // The first ones at once, with their number.
+        assert_eq!(report.due(3, start, false), Some(3));
+        // More within the minute wait, and are not lost.
+        let later = start + Duration::from_secs(10);
+        assert_eq!(report.due(5, later, false), None);
+        assert_eq!(report.due(7, start + XRUN_REPORT_EVERY, false), Some(4));
+        // Nothing new: nothing to say, however long it has been.
+        assert_eq!(report.due(7, start + XRUN_REPORT_EVERY * 5, false), None);
+        // A closing stream says what it has not said yet.
+        let closing = start + XRUN_REPORT_EVERY + Duration::from_secs(1);
+        assert_eq!(report.due(9, closing, true), Some(2));
+    }
 
     #[test]
     fn backoff_doubles_and_is_capped() {

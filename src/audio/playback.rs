@@ -143,7 +143,24 @@ struct Open {
     _stream: cpal::Stream,
     rate: u32,
     errors: Receiver<String>,
+    /// Underruns counted by the stream's error callback, reported when it closes.
+    xruns: Arc<AtomicU64>,
     device: String,
+}
+
+impl Open {
+    /// Says, at warn level, how often the output ran dry while it was open: a reply
+    /// that sounded cut or garbled on a busy board shows in the log.
+    fn report_underruns(&self) {
+        let count = self.xruns.load(Ordering::Relaxed);
+        if count > 0 {
+            tracing::warn!(
+                device = %self.device,
+                underruns = count,
+                "audio output underruns while playing: the board was too busy to feed the speaker in time, so the reply may have sounded cut"
+            );
+        }
+    }
 }
 
 impl Owner {
@@ -193,6 +210,7 @@ impl Owner {
             let Some(o) = &open else { continue };
             if let Ok(message) = o.errors.try_recv() {
                 tracing::warn!(device = %o.device, "audio output failed: {message}; closing it");
+                o.report_underruns();
                 lock(&self.shared.queue).clear();
                 open = None;
                 continue;
@@ -200,6 +218,7 @@ impl Owner {
             let tail = u64::from(o.rate) * TAIL.as_millis() as u64 / 1000;
             let drained = lock(&self.shared.queue).is_empty();
             if drained && self.shared.silence.load(Ordering::SeqCst) >= tail {
+                o.report_underruns();
                 tracing::debug!(device = %o.device, "audio output closed");
                 open = None;
             }
@@ -236,6 +255,7 @@ impl Owner {
         let channels = usize::from(config.channels.max(1));
         let shared = self.shared.clone();
         let (errors, error_rx) = mpsc::sync_channel(8);
+        let xruns = Arc::new(AtomicU64::new(0));
         let stream = device
             .build_output_stream_raw(
                 config,
@@ -243,7 +263,7 @@ impl Owner {
                 move |data: &mut cpal::Data, _: &cpal::OutputCallbackInfo| {
                     fill(data, channels, &shared);
                 },
-                super::capture::stream_errors(errors, "output underrun"),
+                super::capture::stream_errors(errors, xruns.clone()),
                 None,
             )
             .map_err(|e| fail(e.to_string()))?;
@@ -253,6 +273,7 @@ impl Owner {
             _stream: stream,
             rate: config.sample_rate,
             errors: error_rx,
+            xruns,
             device: id,
         })
     }
