@@ -7,6 +7,7 @@
 
 mod conversation;
 mod listen;
+mod suggest;
 mod wakeword;
 
 use std::io::{IsTerminal, Read, Write};
@@ -209,6 +210,15 @@ pub enum SkillsCommand {
         /// Folder to check [default: skills.dir from the config].
         dir: Option<PathBuf>,
     },
+    /// Ask the hub's model for `@request` lines (ways people ask) for the functions
+    /// that have none, and print them.
+    Suggest {
+        /// Folder of skills [default: skills.dir from the config].
+        dir: Option<PathBuf>,
+        /// Add them to the skill files instead of printing them.
+        #[arg(long)]
+        write: bool,
+    },
 }
 
 /// Runs the command line and returns the process exit status.
@@ -408,6 +418,10 @@ fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
                     Ok(ExitCode::from(2))
                 }
             }
+        }
+        SkillsCommand::Suggest { dir, write } => {
+            let dir = dir.unwrap_or_else(|| config.skills.dir.clone());
+            suggest::suggest(config, &dir, write)
         }
         SkillsCommand::Check { dir } => {
             let dir = dir.unwrap_or_else(|| config.skills.dir.clone());

@@ -1,6 +1,8 @@
 //! The command line as a newcomer uses it: the real binary, a skills folder on disk,
 //! exit statuses and messages.
 
+#[path = "support/llm.rs"]
+mod llm;
 #[path = "support/poll.rs"]
 mod poll;
 
@@ -377,4 +379,136 @@ fn exec_total_time_bounds_a_loop_of_skill_calls() {
         .unwrap();
     assert_eq!(status.code(), Some(2), "{err}");
     assert!(err.contains("sandbox.total_timeout_ms"), "{err}");
+}
+
+const KETTLE: &str = r#"//! The kitchen kettle.
+
+/// Switch the kettle on.
+///
+/// @return string  What happened.
+fn switch_on() {
+    "on"
+}
+
+/// How full the kettle is.
+
+fn water_level() {
+    50
+}
+
+/// Switch the kettle off.
+/// @request turn the kettle off
+fn switch_off() {
+    "off"
+}
+"#;
+
+/// `skills suggest` asks the hub for `@request` lines for the functions without
+/// them, prints them, and with `--write` puts them into the file, which still loads;
+/// a second run has nothing to ask; an answer without JSON is an error that changes
+/// nothing.
+#[test]
+fn suggest_asks_the_hub_for_request_lines_and_writes_them() {
+    let answer = r#"Here you go:
+```json
+{"switch_on": ["I fancy a cuppa", "boil some water", "boil some water", "put the kettle on\nplease"],
+ "water_level": ["is there enough water in the kettle"],
+ "switch_off": ["not asked for"], "make_tea": ["not a function"]}
+```"#;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let hub = rt.block_on(llm::ScriptedServer::start(vec![
+        llm::Reply::Chunks(llm::text_reply(&[answer])),
+        llm::Reply::Chunks(llm::text_reply(&[answer])),
+        llm::Reply::Chunks(llm::text_reply(&["Sorry, I can't help with that."])),
+    ]));
+    let spoke = Spoke::new().with_skill("kettle.rhai", KETTLE);
+    let config = spoke.data.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[hub]\nendpoints = [{{ url = \"{}\", model = \"test\" }}]\n",
+            hub.url
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let file = spoke.skills.path().join("kettle.rhai");
+
+    let out = spoke.run(&["--config", config, "skills", "suggest"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = format!(
+        "{0}:6: KettleSkill.switch_on\n/// @request I fancy a cuppa\n/// @request boil some water\n/// @request put the kettle on please\n{0}:12: KettleSkill.water_level\n/// @request is there enough water in the kettle\n",
+        file.display()
+    );
+    assert_eq!(stdout, shown);
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        KETTLE,
+        "printing changes nothing"
+    );
+    // The hub was asked about the two functions without lines, with their docs.
+    let requests = hub.requests();
+    assert_eq!(requests.len(), 1);
+    let question = requests[0]["messages"][1]["content"].as_str().unwrap();
+    assert!(
+        question.starts_with("Skill KettleSkill: The kitchen kettle.\n"),
+        "{question}"
+    );
+    assert!(
+        question.contains("- switch_on() -> string: Switch the kettle on."),
+        "{question}"
+    );
+    assert!(
+        question.contains("- water_level() -> (): How full the kettle is."),
+        "{question}"
+    );
+    assert!(!question.contains("switch_off"), "{question}");
+
+    let out = spoke.run(&["--config", config, "skills", "suggest", "--write"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written = std::fs::read_to_string(&file).unwrap();
+    // At the end of each doc comment; the blank line before `fn water_level` stays.
+    assert!(
+        written.contains("/// @return string  What happened.\n/// @request I fancy a cuppa\n/// @request boil some water\n/// @request put the kettle on please\nfn switch_on() {"),
+        "{written}"
+    );
+    assert!(
+        written.contains("/// How full the kettle is.\n/// @request is there enough water in the kettle\n\nfn water_level() {"),
+        "{written}"
+    );
+    let check = spoke.run(&["skills", "check"]);
+    let listed = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(0), "{listed}");
+    assert!(
+        listed.contains("    asked as: I fancy a cuppa\n"),
+        "{listed}"
+    );
+
+    // Nothing left to ask: the hub is not called again.
+    let out = spoke.run(&["--config", config, "skills", "suggest"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to ask"));
+    assert_eq!(hub.requests().len(), 2);
+
+    // An answer that is not JSON: exit 2, the file as it was.
+    let spoke = Spoke::new().with_skill("kettle.rhai", KETTLE);
+    let out = spoke.run(&["--config", config, "skills", "suggest", "--write"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("did not answer with a JSON object"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(spoke.skills.path().join("kettle.rhai")).unwrap(),
+        KETTLE
+    );
 }

@@ -18,6 +18,7 @@ pub mod schedule;
 pub mod search;
 pub mod services;
 pub mod storage;
+pub mod suggest;
 mod value;
 pub mod watch;
 

@@ -1,0 +1,122 @@
+//! `skills suggest`: asks the hub's model for `@request` lines for the functions that
+//! have none, one question per skill class, and prints them or writes them into the
+//! files (see [`crate::skills::suggest`] for why they are drafted rather than generated
+//! at run time).
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+
+use super::{print_out, report_load_errors, runtime};
+use crate::config::Config;
+use crate::hub::{ChatMessage, HubClient};
+use crate::skills::suggest::{self, MAX_ANSWER_BYTES, Suggestion};
+use crate::skills::{Registry, SkillClass};
+
+/// Asks for every class with functions lacking `@request` lines; `write` puts them
+/// into the files (each file checked to still load, or left as it was). Exit 2 when a
+/// class got nothing usable.
+pub fn suggest(config: &Config, dir: &Path, write: bool) -> Result<ExitCode> {
+    let (registry, errors) = Registry::load(dir, &config.host_settings());
+    report_load_errors(&errors);
+    let asking: Vec<&SkillClass> = registry
+        .classes()
+        .iter()
+        .filter(|c| !suggest::wanting(c).is_empty())
+        .collect();
+    if registry.classes().is_empty() {
+        eprintln!("{}: no skill loaded; nothing to ask", dir.display());
+        return Ok(ExitCode::from(2));
+    }
+    if asking.is_empty() {
+        print_out(&format!(
+            "{}: every function the model may call has `@request` lines; nothing to ask\n",
+            dir.display()
+        ))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let hub = HubClient::new(&config.hub)?;
+    let rt = runtime()?;
+    let mut failed = false;
+    for class in asking {
+        let functions = suggest::wanting(class);
+        let (system, user) = suggest::question(class, &functions);
+        let messages = [
+            ChatMessage::new("system", system),
+            ChatMessage::new("user", user),
+        ];
+        let answer = rt.block_on(async {
+            let mut stream = hub.stream(&messages, None).await?;
+            let mut answer = String::new();
+            while let Some(piece) = stream.next().await? {
+                answer.push_str(&piece);
+                if answer.len() > MAX_ANSWER_BYTES {
+                    anyhow::bail!(
+                        "the hub's answer for {} is over {MAX_ANSWER_BYTES} bytes; not read further",
+                        class.name
+                    );
+                }
+            }
+            Ok(answer)
+        });
+        let suggestions = match answer
+            .and_then(|a| suggest::read_answer(class, &functions, &a).map_err(Into::into))
+        {
+            Ok(suggestions) => suggestions,
+            Err(error) => {
+                eprintln!("{}: {error:#}", class.file.display());
+                failed = true;
+                continue;
+            }
+        };
+        if write {
+            write_into(class, &suggestions, config)?;
+        } else {
+            let mut out = String::new();
+            for s in &suggestions {
+                out.push_str(&format!(
+                    "{}:{}: {}.{}\n",
+                    class.file.display(),
+                    s.line,
+                    class.name,
+                    s.function
+                ));
+                for request in &s.requests {
+                    out.push_str(&format!("/// @request {request}\n"));
+                }
+            }
+            print_out(&out)?;
+        }
+    }
+    if !write && !failed {
+        eprintln!(
+            "Keep the ones that sound like your household and put them at the end of each function's doc comment, or run again with --write to add them all."
+        );
+    }
+    Ok(if failed {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Adds the lines to the class's file; if the file no longer loads (it should), puts
+/// the old text back and says why.
+fn write_into(class: &SkillClass, suggestions: &[Suggestion], config: &Config) -> Result<()> {
+    let path = &class.file;
+    let old =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    std::fs::write(path, suggest::insert(&old, suggestions))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    if let Err(error) = Registry::load_file(path, &config.host_settings()) {
+        std::fs::write(path, &old).with_context(|| format!("cannot restore {}", path.display()))?;
+        anyhow::bail!("{error}: the suggested lines broke it, so it was left as it was");
+    }
+    let added: usize = suggestions.iter().map(|s| s.requests.len()).sum();
+    print_out(&format!(
+        "{}: {added} `@request` lines added to {} function(s)\n",
+        path.display(),
+        suggestions.len()
+    ))
+}
