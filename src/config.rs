@@ -657,6 +657,9 @@ pub struct MqttConfig {
     pub max_classes_per_peer: usize,
     /// Functions one registration may hold, over all its classes.
     pub max_functions_per_peer: usize,
+    /// `@request` lines one registration may hold, over all its functions: each costs
+    /// this spoke an embedding and 1.5 kB.
+    pub max_requests_per_peer: usize,
     /// Longest name in a registration (device, class, function, parameter, type), in bytes.
     pub max_name_bytes: usize,
     /// Longest summary, signature, parameter description or example request in a
@@ -688,6 +691,7 @@ impl Default for MqttConfig {
             max_peers: 64,
             max_classes_per_peer: 64,
             max_functions_per_peer: 256,
+            max_requests_per_peer: 1024,
             max_name_bytes: 128,
             max_summary_bytes: 1024,
             max_text_bytes: 8 * 1024,
@@ -992,6 +996,10 @@ impl Config {
             (
                 "mqtt.max_functions_per_peer",
                 self.mqtt.max_functions_per_peer,
+            ),
+            (
+                "mqtt.max_requests_per_peer",
+                self.mqtt.max_requests_per_peer,
             ),
             ("mqtt.max_name_bytes", self.mqtt.max_name_bytes),
             ("mqtt.max_summary_bytes", self.mqtt.max_summary_bytes),

@@ -427,7 +427,7 @@ fn request_lines_are_kept_in_order_and_bounded_with_warnings() {
     std::fs::write(
         &path,
         format!(
-            "//! The TV.\n\n/// Switch the TV on.\n/// @request put the telly on\n/// @request I want to watch something\nfn power_on() {{}}\n\n/// Change the channel.\n{many}/// @request a {long}long one\n/// @param n: int  The channel.\nfn channel(n) {{}}\n"
+            "//! The TV.\n\n/// Switch the TV on.\n/// @request put the telly on\n/// @request I want to watch\n///   something\nfn power_on() {{}}\n\n/// Change the channel.\n{many}/// @request a {long}long one\n/// @param n: int  The channel.\nfn channel(n) {{}}\n"
         ),
     )
     .unwrap();
@@ -453,8 +453,8 @@ fn request_lines_are_kept_in_order_and_bounded_with_warnings() {
     assert_eq!(
         warnings,
         [
-            "tv.rhai:25:5: `channel` has more than 16 `@request` lines; search uses the first 16, keep the most different ones",
-            "tv.rhai:26:5: `@request` of `channel` is over 200 characters, so search ignores it; write one short sentence a person would say",
+            "tv.rhai:26:5: `channel` has more than 16 `@request` lines; search uses the first 16, keep the most different ones",
+            "tv.rhai:27:5: `@request` of `channel` is over 200 characters, so search ignores it; write one short sentence a person would say",
         ]
     );
 }

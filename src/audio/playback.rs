@@ -171,7 +171,12 @@ impl Owner {
                 match self.requests.recv_timeout(Duration::from_millis(10)) {
                     Ok(r) => Some(r),
                     Err(RecvTimeoutError::Timeout) => None,
-                    Err(RecvTimeoutError::Disconnected) => return,
+                    Err(RecvTimeoutError::Disconnected) => {
+                        if let Some(o) = &open {
+                            o.report_underruns();
+                        }
+                        return;
+                    }
                 }
             } else {
                 self.shared.busy.store(false, Ordering::SeqCst);

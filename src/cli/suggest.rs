@@ -6,17 +6,17 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
 use super::{print_out, report_load_errors, runtime};
 use crate::config::Config;
 use crate::hub::{ChatMessage, HubClient};
-use crate::skills::suggest::{self, MAX_ANSWER_BYTES, Suggestion};
-use crate::skills::{Registry, SkillClass};
+use crate::skills::suggest::{self, MAX_ANSWER_BYTES, PER_QUESTION, Suggestion};
+use crate::skills::{Registry, SkillClass, SkillFunction};
 
-/// Asks for every class with functions lacking `@request` lines; `write` puts them
-/// into the files (each file checked to still load, or left as it was). Exit 2 when a
-/// class got nothing usable.
+/// Asks for every class with functions lacking `@request` lines, [`PER_QUESTION`]
+/// functions a question; `write` puts them into the files (each file checked to still
+/// load, or left as it was). Exit 2 when an answer was unusable or a file not written.
 pub fn suggest(config: &Config, dir: &Path, write: bool) -> Result<ExitCode> {
     let (registry, errors) = Registry::load(dir, &config.host_settings());
     report_load_errors(&errors);
@@ -40,38 +40,24 @@ pub fn suggest(config: &Config, dir: &Path, write: bool) -> Result<ExitCode> {
     let rt = runtime()?;
     let mut failed = false;
     for class in asking {
-        let functions = suggest::wanting(class);
-        let (system, user) = suggest::question(class, &functions);
-        let messages = [
-            ChatMessage::new("system", system),
-            ChatMessage::new("user", user),
-        ];
-        let answer = rt.block_on(async {
-            let mut stream = hub.stream(&messages, None).await?;
-            let mut answer = String::new();
-            while let Some(piece) = stream.next().await? {
-                answer.push_str(&piece);
-                if answer.len() > MAX_ANSWER_BYTES {
-                    anyhow::bail!(
-                        "the hub's answer for {} is over {MAX_ANSWER_BYTES} bytes; not read further",
-                        class.name
-                    );
+        let mut suggestions = Vec::new();
+        for functions in suggest::wanting(class).chunks(PER_QUESTION) {
+            match ask(&rt, &hub, config, class, functions) {
+                Ok(mut more) => suggestions.append(&mut more),
+                Err(error) => {
+                    eprintln!("{}: {error:#}", class.file.display());
+                    failed = true;
                 }
             }
-            Ok(answer)
-        });
-        let suggestions = match answer
-            .and_then(|a| suggest::read_answer(class, &functions, &a).map_err(Into::into))
-        {
-            Ok(suggestions) => suggestions,
-            Err(error) => {
+        }
+        if suggestions.is_empty() {
+            continue;
+        }
+        if write {
+            if let Err(error) = write_into(class, &suggestions, config) {
                 eprintln!("{}: {error:#}", class.file.display());
                 failed = true;
-                continue;
             }
-        };
-        if write {
-            write_into(class, &suggestions, config)?;
         } else {
             let mut out = String::new();
             for s in &suggestions {
@@ -89,7 +75,7 @@ pub fn suggest(config: &Config, dir: &Path, write: bool) -> Result<ExitCode> {
             print_out(&out)?;
         }
     }
-    if !write && !failed {
+    if !write {
         eprintln!(
             "Keep the ones that sound like your household and put them at the end of each function's doc comment, or run again with --write to add them all."
         );
@@ -101,17 +87,52 @@ pub fn suggest(config: &Config, dir: &Path, write: bool) -> Result<ExitCode> {
     })
 }
 
+/// One question to the hub about `functions` of `class`, and what its answer gives.
+fn ask(
+    rt: &tokio::runtime::Runtime,
+    hub: &HubClient,
+    config: &Config,
+    class: &SkillClass,
+    functions: &[&SkillFunction],
+) -> Result<Vec<Suggestion>> {
+    let (system, user) = suggest::question(class, functions);
+    let messages = [
+        ChatMessage::new("system", system),
+        ChatMessage::new("user", user),
+    ];
+    let answer = rt.block_on(async {
+        let mut stream = hub.stream(&messages, None).await?;
+        let mut answer = String::new();
+        while let Some(piece) = stream.next().await? {
+            answer.push_str(&piece);
+            if answer.len() > MAX_ANSWER_BYTES {
+                bail!(
+                    "the hub's answer is over {MAX_ANSWER_BYTES} bytes, far more than was asked for; not read further (is hub.endpoints' model a chat model?)"
+                );
+            }
+        }
+        if stream.finish_reason() == Some("length") {
+            bail!(
+                "the hub's answer was cut at hub.max_tokens ({}); raise it",
+                config.hub.max_tokens
+            );
+        }
+        Ok(answer)
+    })?;
+    Ok(suggest::read_answer(class, functions, &answer)?)
+}
+
 /// Adds the lines to the class's file; if the file no longer loads (it should), puts
 /// the old text back and says why.
 fn write_into(class: &SkillClass, suggestions: &[Suggestion], config: &Config) -> Result<()> {
     let path = &class.file;
     let old =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    std::fs::write(path, suggest::insert(&old, suggestions))
+    std::fs::write(path, suggest::insert(&old, suggestions)?)
         .with_context(|| format!("cannot write {}", path.display()))?;
     if let Err(error) = Registry::load_file(path, &config.host_settings()) {
         std::fs::write(path, &old).with_context(|| format!("cannot restore {}", path.display()))?;
-        anyhow::bail!("{error}: the suggested lines broke it, so it was left as it was");
+        bail!("{error}: the suggested lines broke it, so it was left as it was");
     }
     let added: usize = suggestions.iter().map(|s| s.requests.len()).sum();
     print_out(&format!(

@@ -376,6 +376,17 @@ fn check(registration: &Registration, limits: &PeerLimits) -> Result<(), Registr
         limits.functions,
         "mqtt.max_functions_per_peer",
     )?;
+    over(
+        &|| "the registration".into(),
+        classes
+            .iter()
+            .flat_map(|c| &c.functions)
+            .map(|f| f.requests.len())
+            .sum(),
+        "`@request` lines",
+        limits.requests,
+        "mqtt.max_requests_per_peer",
+    )?;
     for class in classes {
         name("class", &class.name)?;
         let of = |field: &'static str| move || format!("the {field} of class `{}`", class.name);
@@ -483,9 +494,15 @@ fn remote_class(id: &str, class: &ClassEntry) -> ClassDoc {
         .map(|mut f| {
             f.summary = clean_text(&f.summary);
             f.docstring = clean_text(&f.docstring);
-            for request in &mut f.requests {
-                *request = clean_text(request);
+            // Cleaned, then blank and repeated ones dropped: each costs an embedding,
+            // and an empty text would match every request a little.
+            let mut requests: Vec<String> = Vec::new();
+            for request in f.requests.iter().map(|r| clean_text(r).trim().to_string()) {
+                if !request.is_empty() && !requests.contains(&request) {
+                    requests.push(request);
+                }
             }
+            f.requests = requests;
             for p in &mut f.params {
                 p.description = clean_text(&p.description);
             }
@@ -558,13 +575,28 @@ mod tests {
         let mut peers = Peers::new("Kitchen", PeerLimits::default());
         let reg = REG.replace(
             r#""summary":"Set it.","#,
-            r#""summary":"Set it.","requests":["make it louder\u001b[2J","turn it up"],"#,
+            r#""summary":"Set it.","requests":["make it louder\u001b[2J","turn it up"," ","turn it up"],"#,
         );
         assert_ne!(reg, REG);
         peers.set_registration("tv1", reg.as_bytes()).unwrap();
         let peer = peers.all().next().unwrap();
         let set = peer.function("VolumeSkill", "set").unwrap();
         assert_eq!(set.requests, ["make it louder[2J", "turn it up"]);
+        // Past mqtt.max_requests_per_peer the registration is refused whole.
+        let mut few = Peers::new(
+            "Kitchen",
+            PeerLimits {
+                requests: 3,
+                ..PeerLimits::default()
+            },
+        );
+        let err = few.set_registration("tv1", reg.as_bytes()).unwrap_err();
+        match &*err {
+            RegistrationError::OverLimit { found, key, .. } => {
+                assert_eq!((*found, *key), (4, "mqtt.max_requests_per_peer"));
+            }
+            other => panic!("{other}"),
+        }
     }
 
     #[test]

@@ -110,6 +110,8 @@ pub struct PeerLimits {
     pub classes: usize,
     /// Functions per registration.
     pub functions: usize,
+    /// `@request` lines per registration.
+    pub requests: usize,
     /// Longest name (device, class, function, parameter, type).
     pub name_bytes: usize,
     /// Longest summary, signature, parameter description or example request.
@@ -126,6 +128,7 @@ impl PeerLimits {
             peers: mqtt.max_peers,
             classes: mqtt.max_classes_per_peer,
             functions: mqtt.max_functions_per_peer,
+            requests: mqtt.max_requests_per_peer,
             name_bytes: mqtt.max_name_bytes,
             summary_bytes: mqtt.max_summary_bytes,
             text_bytes: mqtt.max_text_bytes,

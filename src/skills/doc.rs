@@ -403,6 +403,7 @@ pub(crate) fn parse_fn(lines: &[DocLine]) -> Result<FnDoc, DocError> {
         Prose,
         Param,
         Return,
+        Request,
         Flag,
     }
     let mut doc = FnDoc::default();
@@ -460,7 +461,7 @@ pub(crate) fn parse_fn(lines: &[DocLine]) -> Result<FnDoc, DocError> {
                         );
                     }
                     doc.requests.push((rest.to_string(), line.line, column));
-                    last = Last::Flag;
+                    last = Last::Request;
                 }
                 "confirm" | "no_model" | "remote" => {
                     if !rest.is_empty() {
@@ -500,6 +501,11 @@ pub(crate) fn parse_fn(lines: &[DocLine]) -> Result<FnDoc, DocError> {
                 }
             }
             Last::Return if !text.is_empty() => push_words(&mut doc.returns_doc, text),
+            Last::Request if !text.is_empty() => {
+                if let Some((request, _, _)) = doc.requests.last_mut() {
+                    push_words(request, text);
+                }
+            }
             _ => {
                 last = Last::Prose;
                 prose.push(text);

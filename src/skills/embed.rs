@@ -56,7 +56,8 @@ pub const MAX_TOKENS: usize = 128;
 const MAX_WORD_CHARS: usize = 100;
 /// Skill texts kept in the cache (1.5 kB each with MiniLM): a household's functions
 /// and their `@request` lines, with room to spare; past it, the entries no index holds
-/// are dropped, and if that is not enough, all of them.
+/// are dropped, and if that is not enough, new texts are embedded without being kept
+/// (the indexes hold their vectors anyway; only reuse is lost, never what is cached).
 const MAX_CACHED: usize = 16_384;
 
 /// Why the embedding model could not be loaded.
@@ -871,11 +872,10 @@ impl Semantic {
         let mut cache = self.lock();
         if cache.len() >= MAX_CACHED {
             cache.retain(|_, v| Arc::strong_count(v) > 1);
-            if cache.len() >= MAX_CACHED {
-                cache.clear();
-            }
         }
-        cache.insert(text.into(), vector.clone());
+        if cache.len() < MAX_CACHED {
+            cache.insert(text.into(), vector.clone());
+        }
         vector
     }
 

@@ -18,7 +18,11 @@ use super::{ClassDoc, MAX_REQUEST_CHARS, SkillFunction};
 
 /// Requests asked for per function: a few different ones help more than many alike.
 pub const PER_FUNCTION: usize = 4;
-/// Largest answer read: a class of a few dozen functions with four short lines each.
+/// Functions asked about in one question, so that the answer (about 40 tokens a
+/// function) fits well within a hub's `max_tokens`.
+pub const PER_QUESTION: usize = 8;
+/// Largest answer read: [`PER_QUESTION`] functions with four short lines each, and
+/// room for a model's chatter around them.
 pub const MAX_ANSWER_BYTES: usize = 32 * 1024;
 
 /// Why an answer gave nothing to add.
@@ -41,6 +45,16 @@ pub enum SuggestError {
         class: String,
         /// The keys it answered with.
         keys: Vec<String>,
+    },
+    /// The file changed since it was read: the function is not where it was.
+    #[error(
+        "line {line} is no longer `fn {function}`: the file changed since it was read; run `skills suggest` again"
+    )]
+    Moved {
+        /// The function.
+        function: String,
+        /// Where it was.
+        line: usize,
     },
 }
 
@@ -132,8 +146,12 @@ pub fn read_answer(
         })
         .collect();
     if suggestions.is_empty() {
-        let mut keys: Vec<String> = object.into_keys().take(8).collect();
+        let mut keys: Vec<String> = object
+            .into_keys()
+            .map(|k| k.chars().take(40).collect())
+            .collect();
         keys.sort();
+        keys.truncate(8);
         return Err(SuggestError::Empty {
             class: class.name.clone(),
             keys,
@@ -152,14 +170,27 @@ fn one_line(text: &str) -> String {
 
 /// `source` with each suggestion's `/// @request` lines added at the end of its
 /// function's doc comment (after the last `///` line above the `fn`, so a blank line
-/// between the comment and the `fn` stays where it is).
-pub fn insert(source: &str, suggestions: &[Suggestion]) -> String {
+/// between the comment and the `fn` stays where it is), in the file's line endings.
+pub fn insert(source: &str, suggestions: &[Suggestion]) -> Result<String, SuggestError> {
     let mut lines: Vec<String> = source.lines().map(str::to_string).collect();
+    for s in suggestions {
+        let at_fn = lines.get(s.line.wrapping_sub(1)).is_some_and(|l| {
+            l.trim_start()
+                .strip_prefix("fn ")
+                .is_some_and(|rest| rest.trim_start().starts_with(&format!("{}(", s.function)))
+        });
+        if !at_fn {
+            return Err(SuggestError::Moved {
+                function: s.function.clone(),
+                line: s.line,
+            });
+        }
+    }
     let mut by_line: Vec<&Suggestion> = suggestions.iter().collect();
     // From the bottom up, so the line numbers above stay right.
     by_line.sort_by_key(|s| std::cmp::Reverse(s.line));
     for s in by_line {
-        let fn_at = s.line.saturating_sub(1).min(lines.len());
+        let fn_at = s.line - 1;
         let indent: String = lines
             .get(fn_at)
             .map(|l| l.chars().take_while(|c| c.is_whitespace()).collect())
@@ -175,11 +206,16 @@ pub fn insert(source: &str, suggestions: &[Suggestion]) -> String {
             lines.insert(at, format!("{indent}/// @request {request}"));
         }
     }
-    let mut out = lines.join("\n");
+    let newline = if source.contains("\r\n") {
+        "\r\n"
+    } else {
+        "\n"
+    };
+    let mut out = lines.join(newline);
     if source.ends_with('\n') {
-        out.push('\n');
+        out.push_str(newline);
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -233,17 +269,24 @@ mod tests {
     #[test]
     fn lines_go_at_the_end_of_the_doc_comment_with_the_fn_s_indent() {
         let source = "//! S.\n\n  /// Switch it on.\n  fn power_on() {}\n";
-        let out = insert(
-            source,
-            &[Suggestion {
-                function: "power_on".into(),
-                line: 4,
-                requests: vec!["telly on".into(), "box on".into()],
-            }],
-        );
+        let on = |line| Suggestion {
+            function: "power_on".into(),
+            line,
+            requests: vec!["telly on".into(), "box on".into()],
+        };
         assert_eq!(
-            out,
+            insert(source, &[on(4)]).unwrap(),
             "//! S.\n\n  /// Switch it on.\n  /// @request telly on\n  /// @request box on\n  fn power_on() {}\n"
         );
+        // Windows line endings stay.
+        assert_eq!(
+            insert(&source.replace('\n', "\r\n"), &[on(4)]).unwrap(),
+            "//! S.\r\n\r\n  /// Switch it on.\r\n  /// @request telly on\r\n  /// @request box on\r\n  fn power_on() {}\r\n"
+        );
+        // A file that changed since it was read is not edited blindly.
+        for line in [3, 5, 0] {
+            let err = insert(source, &[on(line)]).unwrap_err();
+            assert!(matches!(err, SuggestError::Moved { .. }), "{err}");
+        }
     }
 }

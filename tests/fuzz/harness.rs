@@ -37,6 +37,7 @@ const PEER_LIMITS: PeerLimits = PeerLimits {
     peers: 4,
     classes: 3,
     functions: 6,
+    requests: 12,
     name_bytes: 32,
     summary_bytes: 128,
     text_bytes: 512,
