@@ -512,3 +512,39 @@ fn suggest_asks_the_hub_for_request_lines_and_writes_them() {
         KETTLE
     );
 }
+
+/// An answer far longer than asked for is not read to its end (the hub client's
+/// `hub.max_reply_bytes`, as for a turn): exit 2, file unchanged.
+#[test]
+fn suggest_stops_reading_an_answer_past_its_bound() {
+    let flood = "x".repeat(1024);
+    let pieces: Vec<&str> = std::iter::repeat_n(flood.as_str(), 64).collect();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let hub = rt.block_on(llm::ScriptedServer::start(vec![llm::Reply::Chunks(
+        llm::text_reply(&pieces),
+    )]));
+    let spoke = Spoke::new().with_skill("kettle.rhai", KETTLE);
+    let config = spoke.data.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[hub]\nendpoints = [{{ url = \"{}\", model = \"test\" }}]\n",
+            hub.url
+        ),
+    )
+    .unwrap();
+    let out = spoke.run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "skills",
+        "suggest",
+        "--write",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("hub.max_reply_bytes"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(spoke.skills.path().join("kettle.rhai")).unwrap(),
+        KETTLE
+    );
+}

@@ -96,7 +96,8 @@ fn is_ident_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
-fn fn_line(line: usize, indent: usize, trimmed: &str) -> Option<FnLine> {
+/// The `fn` (or `private fn`) line in `trimmed`, if it is one.
+pub(crate) fn fn_line(line: usize, indent: usize, trimmed: &str) -> Option<FnLine> {
     let (private, after) = match trimmed.strip_prefix("private") {
         Some(rest) if rest.starts_with(char::is_whitespace) => (true, rest.trim_start()),
         _ => (false, trimmed),

@@ -21,9 +21,6 @@ pub const PER_FUNCTION: usize = 4;
 /// Functions asked about in one question, so that the answer (about 40 tokens a
 /// function) fits well within a hub's `max_tokens`.
 pub const PER_QUESTION: usize = 8;
-/// Largest answer read: [`PER_QUESTION`] functions with four short lines each, and
-/// room for a model's chatter around them.
-pub const MAX_ANSWER_BYTES: usize = 32 * 1024;
 
 /// Why an answer gave nothing to add.
 #[derive(Debug, thiserror::Error)]
@@ -174,11 +171,11 @@ fn one_line(text: &str) -> String {
 pub fn insert(source: &str, suggestions: &[Suggestion]) -> Result<String, SuggestError> {
     let mut lines: Vec<String> = source.lines().map(str::to_string).collect();
     for s in suggestions {
-        let at_fn = lines.get(s.line.wrapping_sub(1)).is_some_and(|l| {
-            l.trim_start()
-                .strip_prefix("fn ")
-                .is_some_and(|rest| rest.trim_start().starts_with(&format!("{}(", s.function)))
-        });
+        // The loader's own reading of a `fn` line, so any spacing it accepts is accepted.
+        let at_fn = lines
+            .get(s.line.wrapping_sub(1))
+            .and_then(|l| super::doc::fn_line(s.line, 0, l.trim()))
+            .is_some_and(|f| f.name == s.function);
         if !at_fn {
             return Err(SuggestError::Moved {
                 function: s.function.clone(),
