@@ -21,7 +21,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use strawberry_spoke::skills::embed::Semantic;
+use strawberry_spoke::embed::Semantic;
 use strawberry_spoke::skills::search::{self, ClassIndex, Doc};
 use strawberry_spoke::skills::{ClassDoc, Param, SkillFunction, ValueType};
 

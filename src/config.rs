@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::host::HostSettings;
+use crate::host::storage::StorageLimits;
 use crate::sandbox::Limits;
-use crate::skills::host_api::HostSettings;
-use crate::skills::storage::StorageLimits;
 use crate::wake::{ScoreMode, Settings as WakeSettings, Vad, WakeError, WakeWord};
 
 /// Where the daemon looks for its config when `--config` is not given.
@@ -807,7 +807,7 @@ impl Config {
                 max_bytes: self.skills.storage_max_bytes,
                 max_value_bytes: self.skills.storage_max_value_bytes,
             },
-            quiet_hours: crate::skills::services::QuietHours::parse(&self.announce.quiet_hours),
+            quiet_hours: crate::host::services::QuietHours::parse(&self.announce.quiet_hours),
             ..HostSettings::default()
         }
     }
@@ -970,7 +970,7 @@ impl Config {
             }
         }
         let quiet = self.announce.quiet_hours.trim();
-        if !quiet.is_empty() && crate::skills::services::QuietHours::parse(quiet).is_none() {
+        if !quiet.is_empty() && crate::host::services::QuietHours::parse(quiet).is_none() {
             return Err(ConfigError::Invalid {
                 origin: origin("announce.quiet_hours"),
                 key: "announce.quiet_hours".into(),

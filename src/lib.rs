@@ -8,7 +8,13 @@
 //!
 //! Modules, one concern each:
 //! - [`config`]: the TOML file, environment overrides, defaults.
-//! - [`skills`]: loading skill files, their documented signatures, search, calls.
+//! - [`skills`]: loading skill files, their documented signatures, search, the call
+//!   policy.
+//! - [`host`]: what a skill's code may do on the host: commands, HTTP, speech, time,
+//!   storage, the timer schedule, and the daemon's services lent to skills.
+//! - [`embed`]: the sentence-embedding model (a BERT forward pass) search uses.
+//! - [`deadline`]: a sandbox run's time budget, which skill calls and host functions
+//!   share.
 //! - [`sandbox`]: the wasmtime instance that runs model-written code.
 //! - [`device`]: the `device` object model code sees, wired to the skill registry.
 //! - [`mqtt`]: the link to the hub's broker: presence, registration, calls across devices.
@@ -30,7 +36,10 @@ pub mod audio;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod deadline;
 pub mod device;
+pub mod embed;
+pub mod host;
 pub mod hub;
 pub mod mqtt;
 pub mod sandbox;

@@ -398,7 +398,7 @@ fn the_readme_example_skill_compiles_with_the_host_api() {
     );
     // Its own range check runs before any network access.
     let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
-    let err = strawberry_spoke::skills::deadline::with_deadline(until, || {
+    let err = strawberry_spoke::deadline::with_deadline(until, || {
         engine
             .call_fn::<rhai::Dynamic>(&mut rhai::Scope::new(), &ast, "keep_warm", (99_i64, true))
             .unwrap_err()
@@ -504,12 +504,12 @@ fn speaking_needs_a_voice_and_respects_quiet_hours() {
     );
     assert!(!speaker.ok("is_quiet", ()).as_bool().unwrap());
 
-    let quiet = strawberry_spoke::skills::services::QuietHours {
+    let quiet = strawberry_spoke::host::services::QuietHours {
         from: 0,
         to: 24 * 60 - 1,
     };
     let (tx, mut rx) = tokio::sync::mpsc::channel(4);
-    let settings = strawberry_spoke::skills::HostSettings {
+    let settings = strawberry_spoke::host::HostSettings {
         quiet_hours: Some(quiet),
         ..support::settings(dir.path())
     };
@@ -527,7 +527,7 @@ fn speaking_needs_a_voice_and_respects_quiet_hours() {
     );
     assert!(rx.try_recv().is_err(), "nothing was queued");
 
-    let loud = strawberry_spoke::skills::HostSettings {
+    let loud = strawberry_spoke::host::HostSettings {
         quiet_hours: None,
         ..settings
     };
@@ -535,6 +535,6 @@ fn speaking_needs_a_voice_and_respects_quiet_hours() {
     let _ = speaker.ok("say", ("Dinner is ready".to_string(),));
     assert_eq!(
         rx.try_recv().unwrap(),
-        strawberry_spoke::skills::services::Spoken::Announce("Dinner is ready".into())
+        strawberry_spoke::host::spoken::Spoken::Announce("Dinner is ready".into())
     );
 }

@@ -5,6 +5,8 @@
 mod llm;
 #[path = "support/poll.rs"]
 mod poll;
+#[path = "support/stt.rs"]
+mod stt;
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -547,4 +549,41 @@ fn suggest_stops_reading_an_answer_past_its_bound() {
         std::fs::read_to_string(spoke.skills.path().join("kettle.rhai")).unwrap(),
         KETTLE
     );
+}
+
+/// Someone who built with cargo fetches a speech model with one command: no
+/// `strawberry-spoke` on PATH, the model is checked, converted and lands beside
+/// `stt.model`, the command says which line to set, and the file transcribes.
+#[test]
+fn model_fetch_works_from_a_build_and_lands_where_the_config_looks() {
+    let spoke = Spoke::new();
+    let models = tempfile::tempdir().unwrap();
+    let configured = models.path().join("ggml-base-q8_0.bin");
+    let out = spoke
+        .command(&["model", "fetch", "tiny.en"])
+        .env("STRAWBERRY_SPOKE__STT__MODEL", &configured)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let fetched = models.path().join("ggml-tiny.en-q8_0.bin");
+    assert!(fetched.is_file(), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!("stt.model = {:?}", fetched.display().to_string())),
+        "{}",
+        stdout(&out)
+    );
+
+    let clip = &stt::clips()[0];
+    let heard = spoke
+        .command(&["transcribe", clip.wav.to_str().unwrap()])
+        .env("STRAWBERRY_SPOKE__STT__MODEL", &fetched)
+        .output()
+        .unwrap();
+    assert!(heard.status.success(), "{}", stderr(&heard));
+    let wer = stt::word_error_rate([(clip.text.as_str(), stdout(&heard).trim())]);
+    assert!(wer < 0.3, "{:?} heard as {:?}", clip.text, stdout(&heard));
+
+    let unknown = spoke.run(&["model", "fetch", "large"]);
+    assert_eq!(unknown.status.code(), Some(2), "{}", stderr(&unknown));
 }

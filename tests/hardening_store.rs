@@ -8,7 +8,7 @@ mod support;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use strawberry_spoke::skills::storage::StorageLimits;
+use strawberry_spoke::host::storage::StorageLimits;
 use strawberry_spoke::skills::{Registry, SkillClass};
 
 struct Spoke {

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use rhai::{Dynamic, Engine, Map};
-use strawberry_spoke::skills::deadline;
-use strawberry_spoke::skills::host_api::HostSettings;
+use strawberry_spoke::deadline;
+use strawberry_spoke::host::HostSettings;
 use support::field;
 
 struct Host {

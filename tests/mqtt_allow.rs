@@ -17,10 +17,11 @@ use mosquitto::Broker;
 use serde_json::{Value, json};
 use strawberry_spoke::config::Config;
 use strawberry_spoke::device::Device;
+use strawberry_spoke::host::HostSettings;
 use strawberry_spoke::mqtt::{Link, LinkSettings, Role};
 use strawberry_spoke::sandbox::{DeviceHandler, DeviceRequest};
+use strawberry_spoke::skills::Registry;
 use strawberry_spoke::skills::policy::{Asking, Confirm};
-use strawberry_spoke::skills::{HostSettings, Registry};
 
 /// One function open to other devices, one not.
 const THERMO: &str = r#"//! A thermostat.

@@ -17,10 +17,11 @@ use mosquitto::Broker;
 use serde_json::{Value, json};
 use strawberry_spoke::config::Config;
 use strawberry_spoke::device::Device;
+use strawberry_spoke::host::HostSettings;
 use strawberry_spoke::mqtt::{Link, LinkSettings, Role};
 use strawberry_spoke::sandbox::{DeviceHandler, DeviceRequest};
+use strawberry_spoke::skills::Registry;
 use strawberry_spoke::skills::policy::NeverConfirm;
-use strawberry_spoke::skills::{HostSettings, Registry};
 
 /// The bound the issue names for one search with a hostile peer registered.
 const SEARCH_BOUND: Duration = Duration::from_millis(50);
@@ -537,7 +538,7 @@ fn a_remote_call_ends_with_the_run() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (link, _) = caller(&rt, &broker, "runner");
     let started = Instant::now();
-    let outcome = strawberry_spoke::skills::deadline::with_deadline(started + RUN, || {
+    let outcome = strawberry_spoke::deadline::with_deadline(started + RUN, || {
         link.call_blocking("tv1", "TV", "SpinSkill", "spin", &[])
     });
     let took = started.elapsed();

@@ -168,7 +168,6 @@ fn the_deb_has_what_an_install_needs() {
         ("/lib/systemd/system/strawberry-spoke.service", "-rw-r--r--"),
         // It may hold the broker's password.
         ("/etc/strawberry-spoke/config.toml", "-rw-r-----"),
-        ("/usr/share/strawberry-spoke/fetch-model.sh", "-rwxr-xr-x"),
         ("/usr/share/doc/strawberry-spoke/copyright", "-rw-r--r--"),
     ] {
         let line = entry(path);

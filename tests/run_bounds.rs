@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use strawberry_spoke::device::Device;
+use strawberry_spoke::host::HostSettings;
 use strawberry_spoke::sandbox::{
     Cancel, DeviceHandler, DeviceRequest, LimitKind, Limits, RunError, Sandbox,
 };
 use strawberry_spoke::skills::Registry;
-use strawberry_spoke::skills::host_api::HostSettings;
 use strawberry_spoke::skills::policy::NeverConfirm;
 
 /// The bound issue 14 sets for noticing a cancellation or the end of the run's time.

@@ -4,7 +4,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use strawberry_spoke::skills::{CallError, HostSettings, Registry};
+use strawberry_spoke::host::HostSettings;
+use strawberry_spoke::skills::{CallError, Registry};
 
 fn settings(call_timeout: Duration) -> HostSettings {
     HostSettings {

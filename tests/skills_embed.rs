@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use strawberry_spoke::skills::embed::{Semantic, cosine};
+use strawberry_spoke::embed::{Semantic, cosine};
 use strawberry_spoke::skills::search::{self, ClassIndex, Doc};
 use strawberry_spoke::skills::{ClassDoc, Example, Param, SkillFunction, ValueType};
 

@@ -4,7 +4,8 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use strawberry_spoke::skills::{HostSettings, LoadError, LookupError, Registry, ValueType};
+use strawberry_spoke::host::HostSettings;
+use strawberry_spoke::skills::{LoadError, LookupError, Registry, ValueType};
 
 fn settings() -> HostSettings {
     support::quick_settings()

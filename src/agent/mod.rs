@@ -33,12 +33,12 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
 use crate::config::{AgentConfig, CodeMode, Config};
+use crate::deadline;
 use crate::device::Device;
 use crate::hub::{ChatMessage, HubClient, HubError, ToolCall};
 use crate::mqtt::Link;
 use crate::sandbox::{Cancel, RunOutcome, Sandbox};
 use crate::skills::Registry;
-use crate::skills::deadline;
 use crate::skills::policy::{Asking, Confirm};
 use crate::skills::watch::LiveRegistry;
 use prompt::PromptContext;

@@ -523,9 +523,9 @@ fn function_line(f: &SkillFunction) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::HostSettings;
     use crate::mqtt::PeerLimits;
     use crate::mqtt::protocol::Registration;
-    use crate::skills::HostSettings;
 
     /// A skill file of class `class` with parameterless functions `(name, summary)`
     /// and examples `(request, code)`.

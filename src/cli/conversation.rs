@@ -15,11 +15,11 @@ use tokio::sync::mpsc;
 use super::{caller_link, load_skills, print_out, runtime};
 use crate::agent::{Agent, Session, TurnEvent};
 use crate::config::Config;
+use crate::host::services::Services;
 use crate::hub::HubClient;
 use crate::mqtt::Link;
 use crate::sandbox::Sandbox;
 use crate::skills::policy::{Asking, Confirm, ConsoleConfirm};
-use crate::skills::services::Services;
 
 /// The agent, and the services its skills use (the link is added to them later).
 fn agent(config: &Config) -> Result<(Agent, Services)> {

@@ -1,7 +1,9 @@
 //! `skills suggest`: asks the hub's model for `@request` lines for the functions that
 //! have none, one question per skill class, and prints them or writes them into the
-//! files (see [`crate::skills::suggest`] for why they are drafted rather than generated
+//! files (see [`draft`] for why they are drafted rather than generated
 //! at run time).
+
+mod draft;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -11,8 +13,8 @@ use anyhow::{Context, Result, bail};
 use super::{print_out, report_load_errors, runtime};
 use crate::config::Config;
 use crate::hub::{ChatMessage, HubClient};
-use crate::skills::suggest::{self, PER_QUESTION, Suggestion};
 use crate::skills::{Registry, SkillClass, SkillFunction};
+use draft::{PER_QUESTION, Suggestion};
 
 /// Asks for every class with functions lacking `@request` lines, [`PER_QUESTION`]
 /// functions a question; `write` puts them into the files (each file checked to still
@@ -23,7 +25,7 @@ pub fn suggest(config: &Config, dir: &Path, write: bool) -> Result<ExitCode> {
     let asking: Vec<&SkillClass> = registry
         .classes()
         .iter()
-        .filter(|c| !suggest::wanting(c).is_empty())
+        .filter(|c| !draft::wanting(c).is_empty())
         .collect();
     if registry.classes().is_empty() {
         eprintln!("{}: no skill loaded; nothing to ask", dir.display());
@@ -41,7 +43,7 @@ pub fn suggest(config: &Config, dir: &Path, write: bool) -> Result<ExitCode> {
     let mut failed = false;
     for class in asking {
         let mut suggestions = Vec::new();
-        for functions in suggest::wanting(class).chunks(PER_QUESTION) {
+        for functions in draft::wanting(class).chunks(PER_QUESTION) {
             match ask(&rt, &hub, config, class, functions) {
                 Ok(mut more) => suggestions.append(&mut more),
                 Err(error) => {
@@ -95,7 +97,7 @@ fn ask(
     class: &SkillClass,
     functions: &[&SkillFunction],
 ) -> Result<Vec<Suggestion>> {
-    let (system, user) = suggest::question(class, functions);
+    let (system, user) = draft::question(class, functions);
     let messages = [
         ChatMessage::new("system", system),
         ChatMessage::new("user", user),
@@ -115,7 +117,7 @@ fn ask(
         }
         Ok(answer)
     })?;
-    Ok(suggest::read_answer(class, functions, &answer)?)
+    Ok(draft::read_answer(class, functions, &answer)?)
 }
 
 /// Adds the lines to the class's file; if the file no longer loads (it should), puts
@@ -124,7 +126,7 @@ fn write_into(class: &SkillClass, suggestions: &[Suggestion], config: &Config) -
     let path = &class.file;
     let old =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    std::fs::write(path, suggest::insert(&old, suggestions)?)
+    std::fs::write(path, draft::insert(&old, suggestions)?)
         .with_context(|| format!("cannot write {}", path.display()))?;
     if let Err(error) = Registry::load_file(path, &config.host_settings()) {
         std::fs::write(path, &old).with_context(|| format!("cannot restore {}", path.display()))?;

@@ -6,7 +6,7 @@
 //! running something the person did not want is the worse mistake; anything else,
 //! silence included, is not a yes either.
 
-use super::voice::normalize;
+use super::words::normalize;
 
 /// Words and phrases that agree (as [`normalize`] leaves them: lower case, `-` as a
 /// space, apostrophes kept).

@@ -18,6 +18,7 @@ pub mod phrases;
 pub mod systemd;
 pub mod turn_end;
 pub mod voice;
+mod words;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,12 +30,12 @@ use crate::agent::Agent;
 use crate::audio::Capture;
 use crate::audio::playback::{Output, Player};
 use crate::config::{Config, ConfigError};
+use crate::host::schedule::{ScheduleFile, Scheduler};
+use crate::host::spoken::Spoken;
 use crate::hub::{HubClient, HubError};
 use crate::mqtt::{Link, LinkSettings, MqttError, Role};
 use crate::sandbox::Sandbox;
 use crate::skills::policy::{Confirm, NeverConfirm};
-use crate::skills::schedule::{ScheduleFile, Scheduler};
-use crate::skills::services::Spoken;
 use crate::skills::watch::{LiveRegistry, Watcher};
 use crate::stt::{SttError, Transcriber};
 use crate::tts::{Speaker, Synth, TtsError};
@@ -76,7 +77,7 @@ pub enum DaemonError {
     Thread(std::io::Error),
     /// The skill-search embedding model could not be loaded.
     #[error(transparent)]
-    Embed(#[from] crate::skills::embed::EmbedError),
+    Embed(#[from] crate::embed::EmbedError),
 }
 
 /// The running parts of a spoke.
@@ -119,7 +120,7 @@ impl Spoke {
         );
         let scheduler = tokio::spawn(scheduler.run(due, stop_rx.clone()));
         // Before the skills load, so that their text is embedded as they are indexed.
-        crate::skills::embed::install(config.search.embedding_model.as_deref())?;
+        crate::embed::install(config.search.embedding_model.as_deref())?;
         let (watcher, errors) = Watcher::start(&config.skills.dir, &host);
         for error in &errors {
             tracing::warn!(%error, "skill file skipped");
@@ -182,7 +183,7 @@ impl Spoke {
 /// Where due timers go on a spoke without a voice: the log, so they are not silently
 /// lost. Ends with `stop`.
 fn mute(mut stop: watch::Receiver<bool>) -> mpsc::Sender<Spoken> {
-    let (tx, mut rx) = mpsc::channel(crate::skills::services::SPEECH_QUEUE);
+    let (tx, mut rx) = mpsc::channel(crate::host::spoken::SPEECH_QUEUE);
     tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -242,7 +243,7 @@ impl Running {
         let sandbox = Sandbox::new(config.sandbox.limits())
             .map_err(|e| DaemonError::Sandbox(e.to_string()))?;
         let hub = HubClient::new(&config.hub)?;
-        let (speech, spoken) = mpsc::channel(crate::skills::services::SPEECH_QUEUE);
+        let (speech, spoken) = mpsc::channel(crate::host::spoken::SPEECH_QUEUE);
         let spoke = Spoke::start(config, Arc::new(NeverConfirm), Some(speech))?;
         let mut agent = Agent::live(config, hub, Arc::new(sandbox), spoke.skills.clone());
         if let Some(link) = &spoke.link {

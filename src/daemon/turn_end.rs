@@ -11,7 +11,7 @@
 //! quickly, the common case. An empty transcript (noise) counts as finished: waiting
 //! longer would not give it words.
 
-use super::voice::normalize;
+use super::words::normalize;
 
 /// Words a request does not end on (as [`normalize`] leaves them). Kept to words that
 /// hardly ever end a request in their language; not here: "on" ("turn the light on"),

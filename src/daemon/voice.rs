@@ -42,12 +42,13 @@ use super::listener::{Command, Guess, Heard, Listener};
 use super::phrases::{self, Phrase};
 use super::systemd::{Heartbeat, Notifier};
 use super::turn_end;
+use super::words::normalize;
 use crate::agent::{Agent, Session, TurnEvent};
 use crate::audio::cues::Cue;
 use crate::audio::{Capture, CaptureStatus, SAMPLE_RATE};
+use crate::host::schedule::Lateness;
+use crate::host::spoken::Spoken;
 use crate::mqtt::protocol::WakeClaim;
-use crate::skills::schedule::Lateness;
-use crate::skills::services::Spoken;
 use crate::stt::{Transcriber, Transcript};
 use crate::tts::Speaker;
 use crate::wake::Detection;
@@ -382,24 +383,6 @@ pub fn clean_transcript(text: &str) -> String {
     } else {
         String::new()
     }
-}
-
-/// Lowercase words without punctuation, for comparing with stop phrases.
-pub fn normalize(text: &str) -> String {
-    text.to_lowercase()
-        .chars()
-        .map(|c| {
-            if c.is_alphanumeric() || c == '\'' {
-                c
-            } else {
-                ' '
-            }
-        })
-        .collect::<String>()
-        .split_whitespace()
-        .filter(|w| *w != "please")
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// What the voice loop is told by the conversation task.
@@ -1384,13 +1367,6 @@ mod tests {
             clean_transcript(" Turn on the light. [Music]"),
             "Turn on the light."
         );
-    }
-
-    #[test]
-    fn stop_phrases_match_without_case_punctuation_or_please() {
-        assert_eq!(normalize("Stop!"), "stop");
-        assert_eq!(normalize("Never mind, please."), "never mind");
-        assert_eq!(normalize("Don't stop"), "don't stop");
     }
 
     fn claim(proximity_db: f32, score: f32) -> WakeClaim {

@@ -19,10 +19,11 @@ use rumqttc::{Outgoing, TlsConfiguration, Transport};
 use serde_json::Value;
 use tokio::sync::{Semaphore, broadcast, mpsc, watch};
 
+use crate::skills::ClassDoc;
 use crate::skills::policy::Confirm;
 use crate::skills::search::ClassIndex;
 use crate::skills::watch::LiveRegistry;
-use crate::skills::{ClassDoc, deadline, embed};
+use crate::{deadline, embed};
 
 use super::peers::{Peers, RegistrationError};
 use super::protocol::{
@@ -404,7 +405,7 @@ impl Link {
 }
 
 /// Skills reach the other spokes through the link without knowing it is MQTT.
-impl crate::skills::services::Household for Link {
+impl crate::host::services::Household for Link {
     fn call_all(
         &self,
         class: &str,

@@ -12,12 +12,12 @@
 //! (`sandbox.timeout_ms`) stops runaway code and does not count skill calls, which
 //! have their own timeout; the total (`sandbox.total_timeout_ms`) is what the person
 //! waiting can afford, so it counts everything, and each skill call inside the run gets
-//! at most what is left of it through [`crate::skills::deadline`].
+//! at most what is left of it through [`crate::deadline`].
 
 mod engine_config;
 mod runtime;
 
-pub use crate::skills::deadline::Cancel;
+pub use crate::deadline::Cancel;
 pub use runtime::{Sandbox, SandboxError};
 
 use std::time::Duration;

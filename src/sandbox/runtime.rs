@@ -30,7 +30,7 @@ use wasmtime::{
 
 use super::engine_config::sandbox_engine_config;
 use super::{DeviceHandler, DeviceRequest, LimitKind, Limits, RunError, RunOutcome};
-use crate::skills::deadline::{self, Cancel};
+use crate::deadline::{self, Cancel};
 
 /// The guest, pre-initialised and compiled for this architecture by build.rs.
 static GUEST: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/guest.cwasm"));

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use super::{SkillFunction, ValueType, suggest};
+use super::{SkillFunction, ValueType, similar_names};
 
 /// Arguments that do not fit a function's signature.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -80,7 +80,8 @@ pub fn bind(f: &SkillFunction, args: &[Value]) -> Result<Vec<Value>, ArgError> {
         Some(object) => {
             for key in object.keys() {
                 if !f.params.iter().any(|p| &p.name == key) {
-                    let hint = match suggest(key, f.params.iter().map(|p| p.name.as_str())).first()
+                    let hint = match similar_names(key, f.params.iter().map(|p| p.name.as_str()))
+                        .first()
                     {
                         Some(best) => format!("; did you mean `{best}`?"),
                         None => String::new(),

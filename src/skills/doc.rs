@@ -6,7 +6,7 @@
 
 use rhai::Dynamic;
 
-use super::{Example, ValueType, suggest};
+use super::{Example, ValueType, similar_names};
 
 /// A problem in a doc comment, at a 1-based line and column.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,7 +181,7 @@ fn unknown_tag<T>(doc: &DocLine, name: &str, known: &[&str]) -> Result<T, DocErr
         .map(|t| format!("@{t}"))
         .collect::<Vec<_>>()
         .join(", ");
-    let hint = match suggest(name, known.iter().copied()).first() {
+    let hint = match similar_names(name, known.iter().copied()).first() {
         Some(best) => format!("did you mean `@{best}`?"),
         None => format!("known tags here are {known_list}"),
     };

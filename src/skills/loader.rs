@@ -28,13 +28,14 @@ use rhai::{
 };
 
 use super::doc::{self, DocError, FnLine};
-use super::host_api::{self, HostSettings, SkillContext};
-use super::storage::Store;
 use super::value::{dynamic_to_json, json_to_dynamic};
 use super::{
     CallError, ClassDoc, LoadError, MAX_REQUEST_CHARS, MAX_REQUESTS, Param, SkillClass,
-    SkillFunction, ValueType, deadline, suggest,
+    SkillFunction, ValueType, similar_names,
 };
+use crate::deadline;
+use crate::host::storage::Store;
+use crate::host::{self, HostSettings, SkillContext};
 
 /// Names Rhai handles itself; a skill function with one of them could not be reached
 /// (or would silently change the language for the rest of the file).
@@ -108,7 +109,7 @@ fn skill_engine(class: &str, settings: &HostSettings) -> Result<Engine, String> 
     engine.on_print(move |text| tracing::info!(skill = %print_class, "{text}"));
     let debug_class = class.to_string();
     engine.on_debug(move |text, _, pos| tracing::debug!(skill = %debug_class, %pos, "{text}"));
-    host_api::register(&mut engine, skill_context(class, settings)?);
+    host::register(&mut engine, skill_context(class, settings)?);
     Ok(engine)
 }
 
@@ -421,7 +422,7 @@ fn function(
         }
         match fn_params.iter().position(|name| *name == p.name) {
             None => {
-                let hint = match suggest(&p.name, fn_params.iter().copied()).first() {
+                let hint = match similar_names(&p.name, fn_params.iter().copied()).first() {
                     Some(best) => format!("did you mean `{best}`?"),
                     None => format!("the parameters are `{shown}`"),
                 };
@@ -574,7 +575,7 @@ fn check_calls(engine: &Engine, ast: &AST) -> Result<(), (usize, usize, String)>
             .iter()
             .map(String::as_str)
             .filter(|k| k.starts_with(|c: char| c.is_alphabetic() || c == '_'));
-        let hint = match suggest(bare, callable).first() {
+        let hint = match similar_names(bare, callable).first() {
             Some(best) => format!("did you mean `{best}`?"),
             None if name.contains("::") => "skills cannot import modules".to_string(),
             None => "define it in this file or use a host API function (see skills/README.md)"

@@ -8,17 +8,10 @@
 //! is built on the types here.
 
 pub mod args;
-pub mod deadline;
 mod doc;
-pub mod embed;
-pub mod host_api;
 mod loader;
 pub mod policy;
-pub mod schedule;
 pub mod search;
-pub mod services;
-pub mod storage;
-pub mod suggest;
 mod value;
 pub mod watch;
 
@@ -27,8 +20,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::host::HostSettings;
+
 pub use args::{ArgError, bind};
-pub use host_api::HostSettings;
+pub(crate) use doc::fn_line;
 pub use search::SearchHit;
 
 /// The declared type of a parameter or a return value in a skill's doc comments.
@@ -441,7 +436,7 @@ pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
 
 /// The candidates close enough to `wanted` to be a likely typo, closest first
 /// (at most three; ties in candidate order).
-pub(crate) fn suggest<'a>(
+pub(crate) fn similar_names<'a>(
     wanted: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Vec<String> {
@@ -549,7 +544,7 @@ impl Registry {
                     .all_functions()
                     .map(SkillFunction::qualified_name)
                     .collect();
-                let mut suggestions = suggest(name, qualified.iter().map(String::as_str));
+                let mut suggestions = similar_names(name, qualified.iter().map(String::as_str));
                 if suggestions.is_empty() {
                     // A bare name close to some function's own name.
                     let bare = name.rsplit('.').next().unwrap_or(name);
@@ -595,7 +590,7 @@ impl Registry {
         let Some(skill) = self.class(class) else {
             return Err(CallError::UnknownClass {
                 class: class.to_string(),
-                suggestions: suggest(class, self.classes.iter().map(|c| c.name.as_str())),
+                suggestions: similar_names(class, self.classes.iter().map(|c| c.name.as_str())),
             });
         };
         let Some(f) = skill.function(function) else {
@@ -603,7 +598,7 @@ impl Registry {
             return Err(CallError::UnknownFunction {
                 class: class.to_string(),
                 function: function.to_string(),
-                suggestions: suggest(function, names.clone()),
+                suggestions: similar_names(function, names.clone()),
                 available: names.map(str::to_string).collect(),
             });
         };

@@ -6,7 +6,7 @@
 //! then summaries, then the rest), light stemming, and typo tolerance by edit distance.
 //!
 //! Words alone miss synonyms ("telly" for "TV", "lamp" for "light"), so when an
-//! embedding model is loaded ([`super::embed`]) each function's text is also embedded
+//! embedding model is loaded ([`crate::embed`]) each function's text is also embedded
 //! once, when its index is built, and [`score`] blends the cosine similarity of the
 //! request with the lexical score ([`LEXICAL_WEIGHT`]). Without a model the ranking is
 //! lexical only.
@@ -22,8 +22,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::embed::{self, Semantic};
 use super::{ClassDoc, SkillFunction, edit_distance};
+use crate::embed::{self, Semantic};
 
 /// One search result: a function and how well it matched (higher is better).
 #[derive(Debug, Clone, Copy)]

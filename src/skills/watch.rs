@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
-use super::{HostSettings, LoadError, Registry, SkillClass};
+use super::{LoadError, Registry, SkillClass};
+use crate::host::HostSettings;
 
 /// How often the folder is looked at.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(250);

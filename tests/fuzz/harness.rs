@@ -13,13 +13,14 @@ use std::sync::OnceLock;
 use strawberry_spoke::audio::resample::Resampler;
 use strawberry_spoke::audio::wav::read_wav_16k;
 use strawberry_spoke::config::Config;
+use strawberry_spoke::host::HostSettings;
 use strawberry_spoke::hub::HubError;
 use strawberry_spoke::hub::sse::{EventTooLarge, SseEvent, SseParser};
 use strawberry_spoke::hub::stream::{Assembler, StreamLimits};
 use strawberry_spoke::mqtt::PeerLimits;
 use strawberry_spoke::mqtt::peers::Peers;
 use strawberry_spoke::mqtt::protocol::{CallRequest, CallResponse};
-use strawberry_spoke::skills::{HostSettings, Registry};
+use strawberry_spoke::skills::Registry;
 
 /// The device id registrations are published for in [`mqtt_payload`].
 const PEER_ID: &str = "fuzzed";

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rhai::{Dynamic, Engine, FuncArgs};
+use strawberry_spoke::host::storage::Store;
+use strawberry_spoke::host::{self, HostSettings, SkillContext};
 use strawberry_spoke::skills::Registry;
-use strawberry_spoke::skills::host_api::{self, HostSettings, SkillContext};
-use strawberry_spoke::skills::storage::Store;
 
 /// The bundled skills folder of this crate.
 pub fn skills_dir() -> PathBuf {

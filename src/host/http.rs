@@ -20,7 +20,7 @@ use super::{
     HostResult, SkillContext, check_options, human, stopped_early, timeout_option, to_dynamic,
     to_value,
 };
-use crate::skills::deadline;
+use crate::deadline;
 
 pub(super) fn register(engine: &mut Engine, ctx: &Arc<SkillContext>) {
     let agent: Agent = Agent::config_builder()

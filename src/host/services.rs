@@ -14,25 +14,7 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{Notify, mpsc};
 
-use super::schedule::Due;
-use crate::audio::cues::Cue;
-
-/// Something for the voice loop to say or play.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Spoken {
-    /// A skill's `say(text)`: spoken after the reply in progress.
-    Say(String),
-    /// A skill's `cue(name)`.
-    Cue(Cue),
-    /// An announcement (here, or from another room): a chime, then the text.
-    Announce(String),
-    /// A scheduled entry came due: ring it until stopped.
-    Due(Due),
-}
-
-/// How many [`Spoken`] items may wait for the voice loop; `say` past it fails rather
-/// than queueing without bound.
-pub const SPEECH_QUEUE: usize = 32;
+use super::spoken::Spoken;
 
 /// The other spokes, as far as skills need them.
 pub trait Household: Send + Sync {

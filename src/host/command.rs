@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use rhai::{Array, Engine, Map};
 
 use super::{HostResult, SkillContext, check_options, human, timeout_option};
-use crate::skills::deadline;
+use crate::deadline;
 
 /// Most bytes kept of a command's stdout, and separately of its stderr; the rest is
 /// read and dropped so the child never blocks.

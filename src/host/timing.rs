@@ -2,14 +2,14 @@
 //! bundled timers use, `parse_duration` and `parse_when` (see [`super::when`]).
 //!
 //! An entry belongs to the skill that made it (other skills neither see nor cancel
-//! it); when it comes due the daemon rings it (see [`crate::skills::schedule`]).
+//! it); when it comes due the daemon rings it (see [`crate::host::schedule`]).
 
 use std::sync::Arc;
 
 use rhai::{Array, Dynamic, Engine, Map};
 
 use super::{HostResult, SkillContext, check_options, to_dynamic, to_value, when};
-use crate::skills::schedule::{Entry, ScheduleFile};
+use crate::host::schedule::{Entry, ScheduleFile};
 
 fn file(ctx: &SkillContext) -> ScheduleFile {
     ScheduleFile::new(&ctx.settings.data_dir, ctx.settings.schedule)

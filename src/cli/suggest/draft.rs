@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use super::{ClassDoc, MAX_REQUEST_CHARS, SkillFunction};
+use crate::skills::{ClassDoc, MAX_REQUEST_CHARS, SkillFunction};
 
 /// Requests asked for per function: a few different ones help more than many alike.
 pub const PER_FUNCTION: usize = 4;
@@ -174,7 +174,7 @@ pub fn insert(source: &str, suggestions: &[Suggestion]) -> Result<String, Sugges
         // The loader's own reading of a `fn` line, so any spacing it accepts is accepted.
         let at_fn = lines
             .get(s.line.wrapping_sub(1))
-            .and_then(|l| super::doc::fn_line(s.line, 0, l.trim()))
+            .and_then(|l| crate::skills::fn_line(s.line, 0, l.trim()))
             .is_some_and(|f| f.name == s.function);
         if !at_fn {
             return Err(SuggestError::Moved {

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use rhai::{Array, Dynamic, Engine, Map};
 use tokio::sync::mpsc::error::TrySendError;
 
+use super::spoken::{SPEECH_QUEUE, Spoken};
 use super::{HostResult, SkillContext};
 use crate::audio::cues::Cue;
-use crate::skills::services::{SPEECH_QUEUE, Spoken};
 use crate::text::clean_text;
 
 /// Longest text a skill may have spoken at once (about a minute of speech).

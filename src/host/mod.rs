@@ -3,14 +3,18 @@
 //! Skills are trusted code, but they run inside a daemon that must keep answering: every
 //! function here that can block (commands, HTTP, sleeps) is bounded both by its own
 //! default from [`HostSettings`] and by the time left in the current skill call and
-//! sandbox run ([`super::deadline`]), waits in slices so that a cancelled run stops it
+//! sandbox run ([`crate::deadline`]), waits in slices so that a cancelled run stops it
 //! within [`deadline::SLICE`], and every error is a Rhai runtime error whose message says what
 //! went wrong and how to fix it, because a hobbyist reads it in a log or the model reads it
 //! in a failed call. `skills/README.md` is the user-facing reference for this list.
 
 mod command;
 mod http;
+pub mod schedule;
+pub mod services;
 mod speech;
+pub mod spoken;
+pub mod storage;
 mod timing;
 pub mod when;
 
@@ -22,10 +26,10 @@ use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Map};
 
-use super::deadline;
-use super::schedule::ScheduleLimits;
-use super::services::{QuietHours, Services};
-use super::storage::{StorageLimits, Store};
+use crate::deadline;
+use schedule::ScheduleLimits;
+use services::{QuietHours, Services};
+use storage::{StorageLimits, Store};
 
 /// What skills may do on the host, from the `[skills]` config section.
 #[derive(Debug, Clone, PartialEq)]

@@ -29,8 +29,6 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, mpsc, watch};
 
-use super::services::Spoken;
-
 /// How often the waiting task looks at the file even when nothing is due.
 pub const RECHECK: Duration = Duration::from_secs(1);
 
@@ -382,9 +380,10 @@ impl Scheduler {
         }
     }
 
-    /// Runs until `stop` turns true, sending each due entry to `out` as [`Spoken::Due`]
-    /// (waiting for room: nothing is dropped). Entries already due at the start are late.
-    pub async fn run(self, out: mpsc::Sender<Spoken>, mut stop: watch::Receiver<bool>) {
+    /// Runs until `stop` turns true, sending each due entry to `out` (the voice loop's
+    /// queue, as [`super::spoken::Spoken::Due`]), waiting for room: nothing is dropped.
+    /// Entries already due at the start are late.
+    pub async fn run<T: From<Due>>(self, out: mpsc::Sender<T>, mut stop: watch::Receiver<bool>) {
         let mut starting = true;
         // The file as last read and the next due time in it; `None`: read it again.
         let mut known: Option<(Option<Stamp>, Option<i64>)> = None;
@@ -406,11 +405,7 @@ impl Scheduler {
                         for entry in entries {
                             let lateness = self.lateness(now - entry.due_ms, starting);
                             tracing::info!(skill = %entry.skill, id = %entry.id, late_ms = now - entry.due_ms, ?lateness, "scheduled entry due");
-                            if out
-                                .send(Spoken::Due(Due { entry, lateness }))
-                                .await
-                                .is_err()
-                            {
+                            if out.send(Due { entry, lateness }.into()).await.is_err() {
                                 return;
                             }
                         }
@@ -523,16 +518,14 @@ mod tests {
         assert_eq!(file.list("A").unwrap().len(), 1);
     }
 
-    async fn collect(rx: &mut mpsc::Receiver<Spoken>, n: usize) -> Vec<(Due, i64)> {
+    async fn collect(rx: &mut mpsc::Receiver<Due>, n: usize) -> Vec<(Due, i64)> {
         let mut got = Vec::new();
         while got.len() < n {
-            let item = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            let due = tokio::time::timeout(Duration::from_secs(10), rx.recv())
                 .await
                 .expect("an entry came due in time")
                 .expect("the scheduler runs");
-            if let Spoken::Due(due) = item {
-                got.push((due, jiff::Timestamp::now().as_millisecond()));
-            }
+            got.push((due, jiff::Timestamp::now().as_millisecond()));
         }
         got
     }
