@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Checks the relative links between the repository's Markdown files.
 
-Every `[text](target)` that is not a URL must name a file that exists (relative to the
+Every `[text](target)` and `[name]: target` that is not a URL must name a file that exists (relative to the
 file the link is in), and a `#anchor` must match a heading of that file as GitHub
 makes anchors from headings. Run from anywhere: `python3 tests/doc-links.py`; it
 prints each broken link as `file:line: target: why` and exits 1 if there is one.
 """
+import os
 import pathlib
 import re
 import sys
@@ -13,10 +14,11 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LINK = re.compile(r"\[(?:[^\]`]|`[^`]*`)*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^\s*```")
+DEFINITION = re.compile(r"^\s{0,3}\[[^\]]+\]:\s+(\S+)")
 
 
 def prose_lines(path):
-    """(line number, text) of the lines outside code fences, inline code removed."""
+    """(line number, text) of the lines outside code fences."""
     inside = False
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if FENCE.match(line):
@@ -48,20 +50,25 @@ def anchors(path):
 
 
 def main():
-    files = [
-        p
-        for p in ROOT.rglob("*.md")
-        if not any(part in ("target", ".git", "node_modules") for part in p.relative_to(ROOT).parts)
-    ]
+    files = []
+    for folder, subfolders, names in os.walk(ROOT):
+        # Build output and other checkouts are not ours to check (and `target` is huge).
+        subfolders[:] = [s for s in subfolders if s not in ("target", ".git", "node_modules")]
+        files.extend(pathlib.Path(folder, n) for n in names if n.endswith(".md"))
     broken = []
     cache = {}
     for path in sorted(files):
         for number, line in prose_lines(path):
             code = [m.span() for m in re.finditer(r"`[^`]*`", line)]
-            for m in LINK.finditer(line):
-                if any(a < m.start() < b for a, b in code):
-                    continue
-                target = m.group(1)
+            targets = [
+                m.group(1)
+                for m in LINK.finditer(line)
+                if not any(a < m.start() < b for a, b in code)
+            ]
+            definition = DEFINITION.match(line)
+            if definition:
+                targets.append(definition.group(1))
+            for target in targets:
                 if re.match(r"^[a-z][a-z0-9+.-]*:", target):
                     continue
                 file_part, _, anchor = target.partition("#")
@@ -77,6 +84,7 @@ def main():
                         broken.append(f"{where}: no heading with this anchor")
     for b in broken:
         print(b)
+    sys.stdout.flush()
     print(f"{len(files)} files checked, {len(broken)} broken links", file=sys.stderr)
     return 1 if broken else 0
 
