@@ -32,7 +32,7 @@ use stt_support::{
     Clip, base_model, cache_dir, clips, clips_in, ct2_dir, ggml_model, lang_clips, word_error_rate,
 };
 
-/// English voices no test uses, for the accuracy the README promises on unseen voices.
+/// English voices no test uses, for the accuracy docs/voice-loop.md gives for unseen voices.
 const UNSEEN_VOICES: [&str; 4] = ["en-029", "en-gb-scotland+m2", "en-us+f4", "en-gb-x-gbcwmd"];
 
 /// The household's languages for the `auto` rows.

@@ -48,7 +48,7 @@ d=$stage/$pkg
 # Files. Modes are set explicitly: the build machine's umask must not leak into the package.
 install -d -m 0755 "$d/DEBIAN" "$d/usr/bin" "$d/lib/systemd/system" "$d/etc/$pkg" \
     "$d/usr/share/$pkg/skills" "$d/usr/share/$pkg/models" \
-    "$d/usr/share/doc/$pkg/firmware/config.txt.d"
+    "$d/usr/share/doc/$pkg/firmware/config.txt.d" "$d/usr/share/doc/$pkg/docs"
 install -m 0755 "$bin" "$d/usr/bin/$pkg"
 install -m 0644 "$root/packaging/$pkg.service" "$d/lib/systemd/system/$pkg.service"
 # 0640: the config may hold a password (mqtt.password). Group strawberry (so the service
@@ -56,6 +56,7 @@ install -m 0644 "$root/packaging/$pkg.service" "$d/lib/systemd/system/$pkg.servi
 install -m 0640 "$root/packaging/config.toml" "$d/etc/$pkg/config.toml"
 install -m 0644 "$root"/skills/*.rhai "$root/skills/README.md" "$d/usr/share/$pkg/skills/"
 install -m 0644 "$root/README.md" "$d/usr/share/doc/$pkg/README.md"
+install -m 0644 "$root"/docs/*.md "$d/usr/share/doc/$pkg/docs/"
 install -m 0644 "$root/firmware/README.md" "$root/firmware/asound.conf" "$d/usr/share/doc/$pkg/firmware/"
 install -m 0644 "$root"/firmware/config.txt.d/*.txt "$d/usr/share/doc/$pkg/firmware/config.txt.d/"
 cat > "$d/usr/share/doc/$pkg/copyright" <<EOF

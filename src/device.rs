@@ -1,4 +1,5 @@
-//! The `device` object model-written code sees (DESIGN.md 2.1), wired to the skills.
+//! The `device` object model-written code sees (docs/architecture.md, "The `device`
+//! object"), wired to the skills.
 //!
 //! The sandbox only ferries [`DeviceRequest`]s across; this is where they get their
 //! meaning: which device a call goes to, and what search and info say. Whether a call
@@ -6,7 +7,7 @@
 //! one the MQTT server applies to other devices' calls. Every error is a sentence the
 //! model can act on, because it reads them and tries again.
 //!
-//! With an MQTT [`Link`], skills of other spokes join the local ones (DESIGN.md 2.1):
+//! With an MQTT [`Link`], skills of other spokes join the local ones (same section):
 //! search lists each distinct skill once with the devices that host it (this device
 //! first) and those of them online, offline ones included so the model can say where a
 //! skill is even when it cannot reach it now; class and function info say the same.

@@ -3,7 +3,7 @@
 //! makes a .deb with the files, modes, control fields and maintainer scripts an install
 //! needs, around a binary that reads the shipped config. This is the part of the arm64
 //! proof that fits in CI; installing the package on an arm64 Debian and running it under
-//! systemd is `tests/vm/run.sh`, which takes over an hour here (README, "On the target").
+//! systemd is `tests/vm/run.sh`, which takes over an hour here (docs/arm64.md).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,5 +1,5 @@
 //! The conversation loop: one utterance in, the model's answer out, the model acting
-//! through code it writes (DESIGN.md 2.4).
+//! through code it writes (docs/architecture.md, "The model exchange").
 //!
 //! A turn is a few rounds. Each round streams a reply from the hub; its text is cut
 //! into sentences and emitted as they complete; each code block runs in the sandbox

@@ -1,4 +1,5 @@
-//! The hub client: OpenAI-compatible Chat Completions, streamed (DESIGN.md 2.4).
+//! The hub client: OpenAI-compatible Chat Completions, streamed (docs/architecture.md,
+//! "The model exchange").
 //!
 //! One client serves an ordered list of endpoints: the hub first, then perhaps a small
 //! model on the LAN or the device. A turn goes to the first healthy endpoint; one that

@@ -1,5 +1,5 @@
 //! The link to the hub's MQTT broker: presence, skill registration, and skill calls
-//! between spokes (DESIGN.md 2.5).
+//! between spokes (docs/architecture.md, "MQTT between spokes").
 //!
 //! One task owns the connection ([`Link`]) and everything that changes with it: the
 //! calls waiting for answers, the peer registry, what this spoke published. Everything

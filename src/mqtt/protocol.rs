@@ -1,7 +1,7 @@
 //! The MQTT protocol between spokes (and the hub): topics and payloads.
 //!
-//! This is a public interface (the hub and other tools read it), documented in the
-//! README; every registration carries [`SCHEMA_VERSION`] so readers can tell what they
+//! This is a public interface (the hub and other tools read it), documented in
+//! docs/mqtt.md; every registration carries [`SCHEMA_VERSION`] so readers can tell what they
 //! are looking at. Payloads are JSON. Parsing is strict about types and lenient about
 //! extra fields, so a newer spoke can add fields without breaking older readers.
 

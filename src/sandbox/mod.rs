@@ -1,4 +1,4 @@
-//! The wasmtime sandbox that runs model-written Rhai (DESIGN.md 2.3).
+//! The wasmtime sandbox that runs model-written Rhai (docs/architecture.md, "The sandbox").
 //!
 //! Model-written code is untrusted: it runs in a Rhai interpreter compiled to wasm
 //! (the `src/guest/` crate), in a fresh wasmtime instance per run, and its only way out

@@ -81,7 +81,7 @@ pub enum SandboxError {
     Ticker(std::io::Error),
 }
 
-/// Runs model-written Rhai in a fresh wasm instance per run (DESIGN.md 2.3).
+/// Runs model-written Rhai in a fresh wasm instance per run (docs/architecture.md, "The sandbox").
 ///
 /// Cheap to clone (all clones share one engine, instance pool and clock thread) and
 /// safe to use from several threads at once, up to 16 concurrent runs.

@@ -1,4 +1,4 @@
-//! Skills: `.rhai` files a hobbyist drops into a folder (DESIGN.md 2.2).
+//! Skills: `.rhai` files a hobbyist drops into a folder (docs/architecture.md, "Skill files").
 //!
 //! The registry is the one place that knows which skill functions exist, what their
 //! documented signatures are, and how to run them. Doc comments are the contract with

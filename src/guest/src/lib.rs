@@ -1,5 +1,5 @@
 //! The Rhai interpreter that runs model-written code inside the spoke's wasmtime
-//! sandbox (DESIGN.md 2.3).
+//! sandbox (docs/architecture.md, "The sandbox").
 //!
 //! It is built for `wasm32-unknown-unknown` (no WASI: the module imports nothing but
 //! the device bridge), pre-initialised by wizer at build time so that every instance
