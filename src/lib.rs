@@ -11,6 +11,7 @@
 //! - [`skills`]: loading skill files, their documented signatures, search, calls.
 //! - [`sandbox`]: the wasmtime instance that runs model-written code.
 //! - [`device`]: the `device` object model code sees, wired to the skill registry.
+//! - [`mcp`]: MCP servers (`mcpServers` file) as skill classes.
 //! - [`mqtt`]: the link to the hub's broker: presence, registration, calls across devices.
 //! - [`daemon`]: the long-running spoke: `serve` (skills with hot reload and the link)
 //!   and `run` (that, plus the voice loop: wake word, command, reply; systemd).
@@ -32,6 +33,7 @@ pub mod config;
 pub mod daemon;
 pub mod device;
 pub mod hub;
+pub mod mcp;
 pub mod mqtt;
 pub mod sandbox;
 pub mod skills;
