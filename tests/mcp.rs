@@ -51,7 +51,7 @@ struct Servers {
     rt: tokio::runtime::Runtime,
     live: Arc<LiveRegistry>,
     mcp: Option<Mcp>,
-    dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
 }
 
 impl Servers {
@@ -91,7 +91,7 @@ impl Servers {
             rt,
             live,
             mcp: Some(mcp),
-            dir,
+            _dir: dir,
         })
     }
 
