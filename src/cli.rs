@@ -570,7 +570,7 @@ fn exec(config: &Config, file: Option<&Path>, code: Option<String>) -> Result<Ex
 
 /// Starts the MCP servers of `mcp.config_file` and waits for their first start
 /// (at most `mcp.start_timeout_ms`): a one-shot command has no later to wait for.
-async fn start_mcp(config: &Config, skills: &Arc<LiveRegistry>) -> Result<Option<Mcp>> {
+pub(crate) async fn start_mcp(config: &Config, skills: &Arc<LiveRegistry>) -> Result<Option<Mcp>> {
     let Some(mcp) = Mcp::start(&config.mcp, skills.clone(), || {})? else {
         return Ok(None);
     };

@@ -570,19 +570,24 @@ fn model_code_in_the_sandbox_calls_an_mcp_tool() {
     .unwrap();
     let skills = dir.path().join("skills");
     std::fs::create_dir(&skills).unwrap();
-    let run = |code: &str| {
+    let spoke = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_strawberry-spoke"))
-            .args(["exec", "-e", code])
+            .args(args)
             .env("STRAWBERRY_SPOKE__SKILLS__DIR", &skills)
             .env(
                 "STRAWBERRY_SPOKE__DEVICE__DATA_DIR",
                 dir.path().join("data"),
             )
             .env("STRAWBERRY_SPOKE__MCP__CONFIG_FILE", &file)
+            .env(
+                "STRAWBERRY_SPOKE__HUB__ENDPOINTS",
+                "[{url = \"http://127.0.0.1:9\", model = \"scripted\"}]",
+            )
             .env("STRAWBERRY_SPOKE__LOG__LEVEL", "warn")
             .output()
             .unwrap()
     };
+    let run = |code: &str| spoke(&["exec", "-e", code]);
     let out = run(
         r#"let found = device.search_skills("what time is it in Tokyo");
 let t = device.Time.convert_time(#{source_timezone: "UTC", time: "12:00", target_timezone: "Asia/Tokyo"});
@@ -597,6 +602,22 @@ let t = device.Time.convert_time(#{source_timezone: "UTC", time: "12:00", target
     assert!(
         stdout.starts_with("Time ") && stdout.contains("T21:00"),
         "{stdout}"
+    );
+
+    // The model sees the server's functions in its prompt, like any skill's.
+    let out = spoke(&["prompt", "what time is it in Tokyo"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let body: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let system = body["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains(
+            "convert_time(source_timezone: string, time: string, target_timezone: string) -> map"
+        ),
+        "{system}"
     );
 
     let out = run(r#"device.Time.get_current_time("Nowhere/Land")"#);

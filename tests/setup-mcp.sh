@@ -4,9 +4,13 @@
 # (npm, stdio and Streamable HTTP) under an npm prefix, both in target/test-deps.
 # Pinned, and installed again only when a pin changes.
 #
-# Needs: python3 with venv, npm (Debian packages python3-venv, npm).
+# Needs: python3 with venv, node and npm (Debian packages python3-venv, nodejs, and npm
+# unless the nodejs package carries it, as NodeSource's does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for tool in python3 node npm; do
+  command -v "$tool" > /dev/null || { echo "tests/setup-mcp.sh: $tool is missing; install it (Debian: python3-venv, nodejs, npm)" >&2; exit 1; }
+done
 deps=target/test-deps
 time_version=2026.10.19
 everything_version=2026.8.31

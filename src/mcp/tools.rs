@@ -113,6 +113,9 @@ fn function(
     tool: &Tool,
     limits: TextLimits,
 ) -> Result<(SkillFunction, ToolCall), String> {
+    if tool.name.len() > MAX_NAME_BYTES {
+        return Err(format!("its name is over {MAX_NAME_BYTES} bytes"));
+    }
     let name = identifier(&tool.name).ok_or("its name has no letters or digits")?;
     let schema = &tool.input_schema;
     let properties = match schema.get("properties") {
@@ -148,7 +151,7 @@ fn function(
     for key in &order {
         let param_name = identifier(key).ok_or_else(|| {
             format!(
-                "its parameter `{}` has no letters or digits",
+                "its parameter `{}` has no letters or digits, or a name over {MAX_NAME_BYTES} bytes",
                 shorten(&clean_line(key), MAX_NAME_BYTES)
             )
         })?;
