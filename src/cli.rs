@@ -24,9 +24,11 @@ use serde_json::Value;
 use crate::config::Config;
 use crate::device::Device;
 use crate::host::services::Services;
+use crate::mcp::Mcp;
 use crate::mqtt::{Link, LinkSettings, Role};
 use crate::sandbox::Sandbox;
 use crate::skills::policy::{AllowList, ConsoleConfirm};
+use crate::skills::watch::LiveRegistry;
 use crate::skills::{LoadError, Registry, SkillClass, SkillFunction};
 use crate::stt::ct2::Quantize;
 use crate::stt::{SAMPLE_RATE, Transcriber, audio};
@@ -545,12 +547,10 @@ fn exec(config: &Config, file: Option<&Path>, code: Option<String>) -> Result<Ex
     let sandbox = Sandbox::new(config.sandbox.limits()).context("cannot start the sandbox")?;
     let registry = Arc::new(load_skills(config, &config.skills.dir));
     let services = registry.settings().services.clone();
-    let mut device = Device::new(
-        config.device.name.clone(),
-        registry,
-        Arc::new(ConsoleConfirm),
-    );
+    let skills = Arc::new(LiveRegistry::new(registry));
     let rt = runtime()?;
+    let mcp = rt.block_on(start_mcp(config, &skills))?;
+    let mut device = Device::live(config.device.name.clone(), skills, Arc::new(ConsoleConfirm));
     let link = caller_link(&rt, config, &services)?;
     if let Some(link) = &link {
         device = device.with_link(link.clone());
@@ -558,6 +558,9 @@ fn exec(config: &Config, file: Option<&Path>, code: Option<String>) -> Result<Ex
     let outcome = sandbox.run(&code, &device);
     if let Some(link) = link {
         rt.block_on(link.shutdown());
+    }
+    if let Some(mcp) = mcp {
+        rt.block_on(mcp.shutdown());
     }
     print_out(&outcome.output)?;
     match outcome.result {
@@ -575,6 +578,19 @@ fn exec(config: &Config, file: Option<&Path>, code: Option<String>) -> Result<Ex
             Ok(ExitCode::from(2))
         }
     }
+}
+
+/// Starts the MCP servers of `mcp.config_file` and waits for their first start
+/// (at most `mcp.start_timeout_ms`): a one-shot command has no later to wait for.
+pub(crate) async fn start_mcp(config: &Config, skills: &Arc<LiveRegistry>) -> Result<Option<Mcp>> {
+    let Some(mcp) = Mcp::start(&config.mcp, skills.clone(), || {})? else {
+        return Ok(None);
+    };
+    let limit = std::time::Duration::from_millis(config.mcp.start_timeout_ms);
+    if !mcp.wait_started(limit).await {
+        tracing::warn!("not every MCP server started within {limit:?} (mcp.start_timeout_ms)");
+    }
+    Ok(Some(mcp))
 }
 
 fn transcribe(config: &Config, file: &Path) -> Result<ExitCode> {

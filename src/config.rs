@@ -62,6 +62,8 @@ pub struct Config {
     pub announce: AnnounceConfig,
     /// Finding skills for a request.
     pub search: SearchConfig,
+    /// MCP servers as skill classes.
+    pub mcp: crate::mcp::McpConfig,
 }
 
 /// `[timers]`: how a timer, alarm or reminder rings when it comes due.
@@ -916,6 +918,11 @@ impl Config {
         {
             *model = dir.join(&*model);
         }
+        if in_file("mcp", "config_file")
+            && let Some(file) = &mut self.mcp.config_file
+        {
+            *file = dir.join(&*file);
+        }
         if in_file("wake", "file")
             && let Some(file) = &mut self.wake.file
         {
@@ -948,6 +955,10 @@ impl Config {
             ("sandbox.result_bytes", self.sandbox.result_bytes as u64),
             ("sandbox.max_operations", self.sandbox.max_operations),
             ("skills.call_timeout_ms", self.skills.call_timeout_ms),
+            ("mcp.start_timeout_ms", self.mcp.start_timeout_ms),
+            ("mcp.max_result_bytes", self.mcp.max_result_bytes as u64),
+            ("mcp.max_tools", self.mcp.max_tools as u64),
+            ("mcp.max_text_bytes", self.mcp.max_text_bytes as u64),
             ("skills.command_timeout_ms", self.skills.command_timeout_ms),
             ("skills.http_timeout_ms", self.skills.http_timeout_ms),
             ("skills.http_max_bytes", self.skills.http_max_bytes as u64),

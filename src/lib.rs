@@ -17,6 +17,7 @@
 //!   share.
 //! - [`sandbox`]: the wasmtime instance that runs model-written code.
 //! - [`device`]: the `device` object model code sees, wired to the skill registry.
+//! - [`mcp`]: MCP servers (`mcpServers` file) as skill classes.
 //! - [`mqtt`]: the link to the hub's broker: presence, registration, calls across devices.
 //! - [`daemon`]: the long-running spoke: `serve` (skills with hot reload and the link)
 //!   and `run` (that, plus the voice loop: wake word, command, reply; systemd).
@@ -41,6 +42,7 @@ pub mod device;
 pub mod embed;
 pub mod host;
 pub mod hub;
+pub mod mcp;
 pub mod mqtt;
 pub mod sandbox;
 pub mod skills;

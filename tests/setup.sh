@@ -145,4 +145,7 @@ if [ "$(cat "$cache/wake/.stamp" 2>/dev/null)" != "$wake_stamp" ]; then
   mv "$w" "$cache/wake"
 fi
 
+# The MCP servers of tests/mcp.rs (their own script: a Python venv and an npm prefix).
+bash tests/setup-mcp.sh
+
 echo "tests/setup.sh: models in $cache/ct2 and $cache/base-ct2, embedding model in $cache/minilm, $(ls "$cache"/lang/*/*.wav | wc -l) recordings in other languages, $(ls "$cache"/wav/*.wav | wc -l) recordings in $cache/wav, wake word audio in $cache/wake"

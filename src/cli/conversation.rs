@@ -12,24 +12,33 @@ use anyhow::{Context, Result};
 use rustyline::error::ReadlineError;
 use tokio::sync::mpsc;
 
-use super::{caller_link, load_skills, print_out, runtime};
+use super::{caller_link, load_skills, print_out, runtime, start_mcp};
 use crate::agent::{Agent, Session, TurnEvent};
 use crate::config::Config;
 use crate::host::services::Services;
 use crate::hub::HubClient;
+use crate::mcp::Mcp;
 use crate::mqtt::Link;
 use crate::sandbox::Sandbox;
 use crate::skills::policy::{Asking, Confirm, ConsoleConfirm};
+use crate::skills::watch::LiveRegistry;
 
-/// The agent, and the services its skills use (the link is added to them later).
-fn agent(config: &Config) -> Result<(Agent, Services)> {
+/// The agent, and the services its skills use (the link is added to them later);
+/// with the MCP servers, started on `runtime`, among its skills.
+fn agent(
+    config: &Config,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<(Agent, Services, Option<Mcp>)> {
     let hub = HubClient::new(&config.hub)?;
     let sandbox = Sandbox::new(config.sandbox.limits()).context("cannot start the sandbox")?;
     let registry = Arc::new(load_skills(config, &config.skills.dir));
     let services = registry.settings().services.clone();
+    let skills = Arc::new(LiveRegistry::new(registry));
+    let mcp = runtime.block_on(start_mcp(config, &skills))?;
     Ok((
-        Agent::new(config, hub, Arc::new(sandbox), registry),
+        Agent::live(config, hub, Arc::new(sandbox), skills),
         services,
+        mcp,
     ))
 }
 
@@ -45,19 +54,23 @@ fn connect(
     })
 }
 
-fn disconnect(runtime: &tokio::runtime::Runtime, link: Option<Link>) {
+fn disconnect(runtime: &tokio::runtime::Runtime, link: Option<Link>, mcp: Option<Mcp>) {
     if let Some(link) = link {
         runtime.block_on(link.shutdown());
+    }
+    if let Some(mcp) = mcp {
+        runtime.block_on(mcp.shutdown());
     }
 }
 
 /// `ask "text"`: one turn; exit 0 when it succeeded, 2 when it failed.
 pub fn ask(config: &Config, text: &str) -> Result<ExitCode> {
     let runtime = runtime()?;
-    let (agent, link) = connect(&runtime, config, agent(config)?)?;
+    let (agent, services, mcp) = agent(config, &runtime)?;
+    let (agent, link) = connect(&runtime, config, (agent, services))?;
     let mut session = agent.session();
     let ok = runtime.block_on(turn(&agent, &mut session, text));
-    disconnect(&runtime, link);
+    disconnect(&runtime, link, mcp);
     let ok = ok?;
     Ok(if ok {
         ExitCode::SUCCESS
@@ -71,7 +84,8 @@ pub fn ask(config: &Config, text: &str) -> Result<ExitCode> {
 /// in the daemon would.
 pub fn prompt(config: &Config, text: &str) -> Result<ExitCode> {
     let runtime = runtime()?;
-    let (agent, link) = connect(&runtime, config, agent(config)?)?;
+    let (agent, services, mcp) = agent(config, &runtime)?;
+    let (agent, link) = connect(&runtime, config, (agent, services))?;
     if link.is_none() {
         eprintln!(
             "note: no MQTT broker configured (mqtt.broker): the prompt shows this device's skills only"
@@ -79,7 +93,7 @@ pub fn prompt(config: &Config, text: &str) -> Result<ExitCode> {
     }
     let mut session = agent.session();
     let body = agent.preview(&mut session, text);
-    disconnect(&runtime, link);
+    disconnect(&runtime, link, mcp);
     print_out(&format!("{}\n", serde_json::to_string_pretty(&body)?))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -87,9 +101,10 @@ pub fn prompt(config: &Config, text: &str) -> Result<ExitCode> {
 /// `chat`: turns over one session until `/quit` or end of input.
 pub fn chat(config: &Config) -> Result<ExitCode> {
     let runtime = runtime()?;
-    let (agent, link) = connect(&runtime, config, agent(config)?)?;
+    let (agent, services, mcp) = agent(config, &runtime)?;
+    let (agent, link) = connect(&runtime, config, (agent, services))?;
     let ended = converse(config, &runtime, &agent);
-    disconnect(&runtime, link);
+    disconnect(&runtime, link, mcp);
     ended
 }
 

@@ -78,6 +78,9 @@ pub enum DaemonError {
     /// The skill-search embedding model could not be loaded.
     #[error(transparent)]
     Embed(#[from] crate::embed::EmbedError),
+    /// The MCP servers file is unusable.
+    #[error(transparent)]
+    Mcp(#[from] crate::mcp::McpError),
 }
 
 /// The running parts of a spoke.
@@ -89,6 +92,7 @@ pub struct Spoke {
     stop: watch::Sender<bool>,
     watcher: tokio::task::JoinHandle<()>,
     scheduler: tokio::task::JoinHandle<()>,
+    mcp: Option<crate::mcp::Mcp>,
 }
 
 impl Spoke {
@@ -155,25 +159,32 @@ impl Spoke {
             services.set_household(Arc::new(link.clone()));
         }
         let republish = link.clone();
-        let watcher = tokio::spawn(watcher.run(stop_rx, move || {
+        let republish = move || {
             if let Some(link) = &republish {
                 link.republish();
             }
-        }));
+        };
+        // In the background: a server that is slow to start does not hold up READY.
+        let mcp = crate::mcp::Mcp::start(&config.mcp, skills.clone(), republish.clone())?;
+        let watcher = tokio::spawn(watcher.run(stop_rx, republish));
         Ok(Spoke {
             skills,
             link,
             stop,
             watcher,
             scheduler,
+            mcp,
         })
     }
 
-    /// Stops hot reload and the schedule, and closes the link cleanly.
+    /// Stops hot reload, the schedule and the MCP servers, and closes the link cleanly.
     pub async fn shutdown(self) {
         self.stop.send_replace(true);
         let _ = self.watcher.await;
         let _ = self.scheduler.await;
+        if let Some(mcp) = self.mcp {
+            mcp.shutdown().await;
+        }
         if let Some(link) = &self.link {
             link.shutdown().await;
         }

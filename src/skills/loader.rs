@@ -630,9 +630,9 @@ fn check_calls(engine: &Engine, ast: &AST) -> Result<(), (usize, usize, String)>
     }
 }
 
-impl Runtime {
+impl super::ClassRuntime for Runtime {
     /// Runs `f` with already bound arguments, stopping it at `timeout`.
-    pub(crate) fn call(
+    fn call(
         &self,
         f: &SkillFunction,
         args: Vec<serde_json::Value>,
@@ -689,7 +689,9 @@ impl Runtime {
             }),
         }
     }
+}
 
+impl Runtime {
     /// `file:line:col: message` for an error from skill code, at the innermost position.
     fn describe(&self, error: &EvalAltResult) -> String {
         let mut pos = error.position();

@@ -252,7 +252,25 @@ impl AsRef<ClassDoc> for ClassDoc {
     }
 }
 
-/// One loaded skill file: its documentation and what runs it.
+/// What runs a class's functions: a skill file's Rhai engine, or something outside the
+/// process that documents itself as a class (an MCP server, [`crate::mcp`]).
+///
+/// Called on the thread of the sandbox run (or CLI) that asked, inside its
+/// [`deadline`] budget: an implementation that waits must wait in slices of
+/// [`deadline::SLICE`] and give up once [`deadline::expired`].
+pub trait ClassRuntime: Send + Sync {
+    /// Runs `f` with arguments already bound to its signature ([`args::bind`]),
+    /// stopping it at `timeout` (`skills.call_timeout_ms`, which the runtime may
+    /// replace with its own).
+    fn call(
+        &self,
+        f: &SkillFunction,
+        args: Vec<serde_json::Value>,
+        timeout: Duration,
+    ) -> Result<serde_json::Value, CallError>;
+}
+
+/// One loaded skill class: its documentation and what runs it.
 ///
 /// Cheap to clone: the compiled script and its engine are shared. It reads as its
 /// [`ClassDoc`] (`class.name`, `class.functions`), since most code only needs that.
@@ -260,11 +278,24 @@ impl AsRef<ClassDoc> for ClassDoc {
 pub struct SkillClass {
     /// What the file documents.
     pub doc: ClassDoc,
-    /// The file it was loaded from.
+    /// The file it was loaded from (for a class from outside, the file that configures it).
     pub file: PathBuf,
     /// What loaded but deserves the author's attention (`skills check` prints them).
     pub warnings: Vec<LoadError>,
-    runtime: Arc<loader::Runtime>,
+    runtime: Arc<dyn ClassRuntime>,
+}
+
+impl SkillClass {
+    /// A class whose functions `runtime` runs rather than a skill file's engine, with
+    /// `doc` as what the model, the search and other spokes read about it.
+    pub fn external(doc: ClassDoc, file: PathBuf, runtime: Arc<dyn ClassRuntime>) -> SkillClass {
+        SkillClass {
+            doc,
+            file,
+            warnings: Vec::new(),
+            runtime,
+        }
+    }
 }
 
 impl fmt::Debug for SkillClass {

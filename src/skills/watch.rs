@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
 use super::{LoadError, Registry, SkillClass};
@@ -19,15 +19,34 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// The current registry, replaced as a whole on every reload; readers take a snapshot
 /// with [`LiveRegistry::current`] and are never blocked by a reload in progress.
+///
+/// It is made of two parts that change independently: the classes of the skill files
+/// (hot reload) and classes from outside the folder (MCP servers, whose tools come and
+/// go as the servers start, die and change their lists). A file's class wins a name
+/// both have: the daemon refuses such a clash at start, so one only arises when a file
+/// is added later, and is logged.
 #[derive(Debug)]
 pub struct LiveRegistry {
     current: RwLock<Arc<Registry>>,
+    parts: Mutex<Parts>,
+}
+
+#[derive(Debug)]
+struct Parts {
+    files: Vec<SkillClass>,
+    external: Vec<SkillClass>,
+    settings: HostSettings,
 }
 
 impl LiveRegistry {
-    /// Starts with `registry`.
+    /// Starts with `registry` as the skill files' classes.
     pub fn new(registry: Arc<Registry>) -> LiveRegistry {
         LiveRegistry {
+            parts: Mutex::new(Parts {
+                files: registry.classes().to_vec(),
+                external: Vec::new(),
+                settings: registry.settings().clone(),
+            }),
             current: RwLock::new(registry),
         }
     }
@@ -41,8 +60,33 @@ impl LiveRegistry {
             .clone()
     }
 
-    fn replace(&self, registry: Arc<Registry>) {
-        *self.current.write().unwrap_or_else(|e| e.into_inner()) = registry;
+    /// Replaces the classes from outside the skills folder with `classes`.
+    pub fn set_external(&self, classes: Vec<SkillClass>) {
+        let mut parts = self.parts.lock().unwrap_or_else(|e| e.into_inner());
+        parts.external = classes;
+        self.rebuild(&parts);
+    }
+
+    fn set_files(&self, classes: Vec<SkillClass>) {
+        let mut parts = self.parts.lock().unwrap_or_else(|e| e.into_inner());
+        parts.files = classes;
+        self.rebuild(&parts);
+    }
+
+    fn rebuild(&self, parts: &Parts) {
+        for class in &parts.external {
+            if let Some(file) = parts.files.iter().find(|f| f.name == class.name) {
+                tracing::warn!(
+                    class = %class.name,
+                    skill_file = %file.file.display(),
+                    from = %class.file.display(),
+                    "two classes have one name; the skill file's is in service (rename one of them)"
+                );
+            }
+        }
+        let classes = parts.files.iter().chain(&parts.external).cloned().collect();
+        let registry = Registry::new(classes, parts.settings.clone());
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(registry);
     }
 }
 
@@ -134,9 +178,7 @@ impl Watcher {
         if !reload.changed.is_empty() {
             // BTreeMap order is file-name order: the same "first file wins" rule as a
             // fresh load when two files define one class.
-            let classes = self.good.values().cloned().collect();
-            self.live
-                .replace(Arc::new(Registry::new(classes, self.settings.clone())));
+            self.live.set_files(self.good.values().cloned().collect());
         }
         reload
     }
