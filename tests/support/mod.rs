@@ -33,7 +33,7 @@ pub fn engine(class: &str, settings: HostSettings) -> (Engine, Arc<SkillContext>
         store,
     });
     let mut engine = Engine::new();
-    host_api::register(&mut engine, ctx.clone());
+    host::register(&mut engine, ctx.clone());
     (engine, ctx)
 }
 
