@@ -278,10 +278,11 @@ fn the_skill_finds_and_controls_a_real_home() {
     );
     let warm = home.ok("set_color_temp", ("ceiling lights".to_string(), 2700_i64));
     assert_eq!(states(&warm)[0].0, "light.ceiling_lights");
-    assert_eq!(
-        ha.state("light.ceiling_lights")["attributes"]["color_temp_kelvin"],
-        2700
-    );
+    // Home Assistant keeps mireds: 2700 K comes back within a few kelvin.
+    let kelvin = ha.state("light.ceiling_lights")["attributes"]["color_temp_kelvin"]
+        .as_i64()
+        .unwrap();
+    assert!((2690..=2710).contains(&kelvin), "{kelvin} K");
     // A light without white temperatures says so instead of doing nothing.
     let err = home
         .call(
@@ -400,11 +401,7 @@ fn unlock_from_model_code_without_a_person_is_refused() {
     assert_eq!(ha.state("lock.front_door")["state"], "locked");
     // Locking needs nobody's yes.
     let out = spoke
-        .command(&[
-            "exec",
-            "-e",
-            r#"device.HomeAssistant.lock("poorly installed door")"#,
-        ])
+        .command(&["exec", "-e", r#"device.HomeAssistant.lock("kitchen door")"#])
         .output()
         .unwrap();
     assert!(
@@ -412,7 +409,7 @@ fn unlock_from_model_code_without_a_person_is_refused() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(ha.state("lock.poorly_installed_door")["state"], "locked");
+    assert_eq!(ha.state("lock.kitchen_door")["state"], "locked");
     assert!(!spoke.log().contains(&ha.token) && !stderr.contains(&ha.token));
 }
 
@@ -425,7 +422,11 @@ fn feedback(request: &Value) -> String {
     request["messages"]
         .as_array()
         .and_then(|m| m.last())
-        .map(|m| m["content"].to_string())
+        .map(|m| {
+            m["content"]
+                .as_str()
+                .map_or_else(|| m["content"].to_string(), str::to_string)
+        })
         .unwrap_or_default()
 }
 
