@@ -338,9 +338,20 @@ fn init_logging(config: &Config) {
     } else {
         format!("{},whisper_rs=warn", config.log.level)
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&level))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // ureq writes whole requests at trace level, unredacted: the Home Assistant token
+    // with them. Its debug level keeps to safe headers.
+    let no_wire = |directives: String| {
+        if directives.contains("trace") {
+            format!("{directives},ureq=debug,ureq_proto=debug")
+        } else {
+            directives
+        }
+    };
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|d| tracing_subscriber::EnvFilter::try_new(no_wire(d)).ok())
+        .or_else(|| tracing_subscriber::EnvFilter::try_new(no_wire(level)).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
     // Logs go to stderr: stdout carries what the user asked for.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -64,6 +64,74 @@ pub struct Config {
     pub search: SearchConfig,
     /// MCP servers as skill classes.
     pub mcp: crate::mcp::McpConfig,
+    /// The Home Assistant server the bundled `HomeAssistant` skill controls.
+    pub homeassistant: HomeAssistantConfig,
+}
+
+/// `[homeassistant]`: the Home Assistant server the bundled `HomeAssistant` skill (and
+/// any skill using `ha_get` / `ha_post`) reaches (docs/home-assistant.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HomeAssistantConfig {
+    /// The server, e.g. `http://homeassistant.local:8123`. Empty: no Home Assistant.
+    pub url: String,
+    /// File holding a long-lived access token (first line). Never printed or logged;
+    /// read when a request is sent, so a new token needs no restart.
+    pub token_file: Option<PathBuf>,
+    /// Environment variable holding the token, when there is no file.
+    pub token_env: Option<String>,
+    /// Timeout of one request.
+    pub timeout_ms: u64,
+    /// Largest answer accepted.
+    pub max_response_bytes: usize,
+    /// Most entities searched by name; more are left out with a warning.
+    pub max_entities: usize,
+    /// How long the list of entity names and areas is used before it is fetched again
+    /// (a name that matches nothing fetches it again sooner).
+    pub cache_ms: u64,
+}
+
+impl Default for HomeAssistantConfig {
+    /// A request to a server in the home answers in milliseconds, but a busy Raspberry
+    /// Pi running Home Assistant can take seconds; 4 MiB holds the states of about
+    /// 4,000 entities; names and areas change rarely, so a minute of caching costs
+    /// little and saves a fetch per request.
+    fn default() -> Self {
+        HomeAssistantConfig {
+            url: String::new(),
+            token_file: None,
+            token_env: None,
+            timeout_ms: 5_000,
+            max_response_bytes: 4 * 1024 * 1024,
+            max_entities: 5_000,
+            cache_ms: 60_000,
+        }
+    }
+}
+
+impl HomeAssistantConfig {
+    /// What the host API needs, when a server is configured.
+    pub fn settings(&self) -> Option<crate::host::homeassistant::HaSettings> {
+        use crate::host::homeassistant::{HaSettings, TokenSource};
+        let url = self.url.trim().trim_end_matches('/');
+        if url.is_empty() {
+            return None;
+        }
+        let token = match (&self.token_file, &self.token_env) {
+            (Some(file), _) => TokenSource::File(file.clone()),
+            (None, Some(var)) => TokenSource::Env(var.clone()),
+            // Refused by validation; a file that cannot exist keeps the error clear.
+            (None, None) => TokenSource::File(PathBuf::new()),
+        };
+        Some(HaSettings {
+            url: url.to_string(),
+            token,
+            timeout: Duration::from_millis(self.timeout_ms),
+            max_response_bytes: self.max_response_bytes,
+            max_entities: self.max_entities,
+            cache_ttl: Duration::from_millis(self.cache_ms),
+        })
+    }
 }
 
 /// `[timers]`: how a timer, alarm or reminder rings when it comes due.
@@ -810,6 +878,7 @@ impl Config {
                 max_value_bytes: self.skills.storage_max_value_bytes,
             },
             quiet_hours: crate::host::services::QuietHours::parse(&self.announce.quiet_hours),
+            homeassistant: self.homeassistant.settings(),
             ..HostSettings::default()
         }
     }
@@ -912,6 +981,11 @@ impl Config {
         }
         if in_file("stt", "model") {
             self.stt.model = dir.join(&self.stt.model);
+        }
+        if in_file("homeassistant", "token_file")
+            && let Some(file) = &mut self.homeassistant.token_file
+        {
+            *file = dir.join(&*file);
         }
         if in_file("search", "embedding_model")
             && let Some(model) = &mut self.search.embedding_model
@@ -1068,6 +1142,7 @@ impl Config {
             });
         }
         self.validate_audio(origin)?;
+        self.validate_homeassistant(origin)?;
         let is_code =
             |l: &str| (2..=3).contains(&l.len()) && l.chars().all(|c| c.is_ascii_lowercase());
         let language = &self.stt.language;
@@ -1120,6 +1195,63 @@ impl Config {
                 key,
                 message,
             });
+        }
+        Ok(())
+    }
+
+    /// `[homeassistant]`: a URL the token can be sent to, and a token.
+    fn validate_homeassistant(&self, origin: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+        let ha = &self.homeassistant;
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            origin: origin(key),
+            key: key.into(),
+            message,
+        };
+        for (key, value) in [
+            ("homeassistant.timeout_ms", ha.timeout_ms),
+            (
+                "homeassistant.max_response_bytes",
+                ha.max_response_bytes as u64,
+            ),
+            ("homeassistant.max_entities", ha.max_entities as u64),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "must be greater than 0".into()));
+            }
+        }
+        let url = ha.url.trim();
+        if url.is_empty() {
+            return Ok(());
+        }
+        let parsed = reqwest::Url::parse(url).map_err(|e| {
+            invalid(
+                "homeassistant.url",
+                format!(
+                    "{url:?} is not a URL ({e}); write it like \"http://homeassistant.local:8123\""
+                ),
+            )
+        })?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+            return Err(invalid(
+                "homeassistant.url",
+                format!(
+                    "{url:?} is not an http(s) URL; write it like \"http://homeassistant.local:8123\""
+                ),
+            ));
+        }
+        if parsed.path().trim_end_matches('/') != "" || parsed.query().is_some() {
+            return Err(invalid(
+                "homeassistant.url",
+                format!(
+                    "{url:?} has a path; give the server alone, like \"http://homeassistant.local:8123\""
+                ),
+            ));
+        }
+        if ha.token_file.is_none() && ha.token_env.is_none() {
+            return Err(invalid(
+                "homeassistant.token_file",
+                "homeassistant.url is set but there is no token: make a long-lived access token on your Home Assistant profile page (Security tab, at the bottom), save it in a file and name it with homeassistant.token_file (or set homeassistant.token_env)".into(),
+            ));
         }
         Ok(())
     }
@@ -1518,6 +1650,55 @@ mod tests {
             err.contains("sandbox.timeout_ms") && err.contains("greater than 0"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn home_assistant_needs_a_server_url_and_a_token_and_hides_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        let load = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            Config::load(Some(&path), env(&[]))
+        };
+        let config =
+            load("[homeassistant]\nurl = \"http://ha.lan:8123/\"\ntoken_file = \"ha-token\"\n")
+                .unwrap();
+        let settings = config.host_settings().homeassistant.unwrap();
+        assert_eq!(settings.url, "http://ha.lan:8123");
+        assert_eq!(
+            settings.token,
+            crate::skills::host_api::homeassistant::TokenSource::File(dir.path().join("ha-token"))
+        );
+        let shown = config.to_masked_toml().unwrap();
+        assert!(!shown.contains("ha-token"), "{shown}");
+        assert!(Config::default().host_settings().homeassistant.is_none());
+        for (text, key, says) in [
+            (
+                "url = \"http://ha.lan:8123\"\n",
+                "homeassistant.token_file",
+                "profile page",
+            ),
+            (
+                "url = \"ha.lan\"\ntoken_env = \"T\"\n",
+                "homeassistant.url",
+                "not a URL",
+            ),
+            (
+                "url = \"http://ha.lan:8123/api\"\ntoken_env = \"T\"\n",
+                "homeassistant.url",
+                "has a path",
+            ),
+            (
+                "timeout_ms = 0\n",
+                "homeassistant.timeout_ms",
+                "greater than 0",
+            ),
+        ] {
+            let err = load(&format!("[homeassistant]\n{text}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key) && err.contains(says), "{text}: {err}");
+        }
     }
 
     #[test]

@@ -361,6 +361,7 @@ fn every_bundled_skill_compiles() {
         files,
         [
             "clock.rhai",
+            "homeassistant.rhai",
             "notes.rhai",
             "speaker.rhai",
             "system.rhai",

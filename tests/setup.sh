@@ -148,4 +148,47 @@ fi
 # The MCP servers of tests/mcp.rs (their own script: a Python venv and an npm prefix).
 bash tests/setup-mcp.sh
 
-echo "tests/setup.sh: models in $cache/ct2 and $cache/base-ct2, embedding model in $cache/minilm, $(ls "$cache"/lang/*/*.wav | wc -l) recordings in other languages, $(ls "$cache"/wav/*.wav | wc -l) recordings in $cache/wav, wake word audio in $cache/wake"
+# A real Home Assistant core for tests/homeassistant.rs, in a venv of its own under
+# target/test-deps (reused on reruns; rebuilt when the pins below change). 2024.3.3 is the
+# newest release for Python 3.11; josepy 2 removed ComparableX509, which this release's
+# acme import needs on every HTTP request. Home Assistant installs what its integrations
+# need at their first start, so the venv is warmed by one start of the configuration the
+# tests use (the demo integration on loopback), after which the tests start it with
+# --skip-pip in about 2 s. Measured here: ~5 min for the packages and ~3 min for the
+# first start on a fresh machine; nothing when cached. Needs: python3-venv.
+ha_venv=target/test-deps/ha-venv
+ha_pins="homeassistant==2024.3.3 josepy<2"
+if [ "$(cat "$ha_venv/.stamp" 2>/dev/null)" != "$ha_pins warmed" ]; then
+  rm -rf "$ha_venv"
+  mkdir -p target/test-deps
+  python3 -m venv "$ha_venv"
+  # shellcheck disable=SC2086 # the pins are separate arguments
+  "$ha_venv/bin/pip" install --quiet $ha_pins
+  warm=$(mktemp -d)
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  printf 'http:\n  server_host: 127.0.0.1\n  server_port: %s\ndemo:\nlogger:\n  default: info\n' "$port" > "$warm/configuration.yaml"
+  "$ha_venv/bin/hass" -c "$warm" > "$warm/hass.log" 2>&1 &
+  hass_pid=$!
+  # Warm when the demo is set up: its requirements (the conversation agent's) are
+  # installed after the API already answers. At most 15 minutes.
+  if ! python3 - "$warm/hass.log" <<'PY'
+import pathlib, sys, time
+log = pathlib.Path(sys.argv[1])
+until = time.time() + 900
+while time.time() < until:
+    if "Setup of domain demo took" in log.read_text(errors="replace"):
+        sys.exit(0)
+    time.sleep(1)
+sys.exit(1)
+PY
+  then
+    kill "$hass_pid"; wait "$hass_pid" || true
+    echo "tests/setup.sh: Home Assistant did not start; its log: $warm/hass.log" >&2
+    exit 1
+  fi
+  kill "$hass_pid"; wait "$hass_pid" || true
+  rm -rf "$warm"
+  printf '%s' "$ha_pins warmed" > "$ha_venv/.stamp"
+fi
+
+echo "tests/setup.sh: models in $cache/ct2 and $cache/base-ct2, embedding model in $cache/minilm, $(ls "$cache"/lang/*/*.wav | wc -l) recordings in other languages, $(ls "$cache"/wav/*.wav | wc -l) recordings in $cache/wav, wake word audio in $cache/wake, Home Assistant in $ha_venv"

@@ -108,67 +108,21 @@ fn request(
             headers.push((name.to_string(), value.to_string()));
         }
     }
-    let has_content_type = headers
-        .iter()
-        .any(|(n, _)| n.eq_ignore_ascii_case("content-type"));
-
     let body = match body {
         None => None,
         Some(body) => Some(encode_body(func, body)?),
     };
-    let (agent, url_owned, max_bytes) = (agent.clone(), url.to_string(), limits.max_bytes);
-    let (done, answer) = mpsc::sync_channel(1);
-    thread::Builder::new()
-        .name("skill-http".into())
-        .spawn(move || {
-            let url = url_owned.as_str();
-            let result = match body {
-                None => {
-                    let mut req = agent.get(url);
-                    for (n, v) in &headers {
-                        req = req.header(n.as_str(), v.as_str());
-                    }
-                    req.config().timeout_global(Some(timeout)).build().call()
-                }
-                Some((bytes, content_type)) => {
-                    let mut req = agent.post(url);
-                    for (n, v) in &headers {
-                        req = req.header(n.as_str(), v.as_str());
-                    }
-                    if let (Some(ct), false) = (content_type, has_content_type) {
-                        req = req.header("content-type", ct);
-                    }
-                    req.config()
-                        .timeout_global(Some(timeout))
-                        .build()
-                        .send(&bytes[..])
-                }
-            };
-            let read = result.and_then(|response| {
-                let status = response.status().as_u16();
-                let bytes = response
-                    .into_body()
-                    .with_config()
-                    .limit(max_bytes as u64)
-                    .read_to_vec()?;
-                Ok((status, bytes))
-            });
-            // The caller may have stopped waiting (its run was cancelled).
-            let _ = done.send(read);
-        })
-        .map_err(|e| format!("{func} {url}: cannot start the request: {e}"))?;
-    let result = loop {
-        match answer.recv_timeout(deadline::SLICE) {
-            Ok(result) => break result,
-            Err(mpsc::RecvTimeoutError::Timeout) if deadline::cancelled() => {
-                return Err(format!("{func} {url}: {}", stopped_early()).into());
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(format!("{func} {url}: the request stopped unexpectedly").into());
-            }
-        }
-    };
+    let result = send(
+        agent,
+        Outgoing {
+            url: url.to_string(),
+            headers,
+            body,
+            timeout,
+            max_bytes: limits.max_bytes,
+        },
+    )
+    .map_err(|why| format!("{func} {url}: {why}"))?;
     let fail = |e: ureq::Error| -> Box<rhai::EvalAltResult> {
         match e {
             ureq::Error::Timeout(_) => timed_out(),
@@ -194,4 +148,86 @@ fn request(
     );
     m.insert("json".into(), json);
     Ok(m)
+}
+
+/// One request for [`send`]: a GET without a body, else a POST.
+pub(super) struct Outgoing {
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    /// The body and the content type it implies (unless `headers` names one).
+    pub body: Option<(Vec<u8>, Option<&'static str>)>,
+    pub timeout: Duration,
+    pub max_bytes: usize,
+}
+
+/// Sends a request on a thread of its own and waits in slices of [`deadline::SLICE`], so
+/// a cancelled run stops waiting at once (the abandoned request ends by its own
+/// timeout). The outer error says why the wait stopped; the inner result is ureq's:
+/// the status and the body, at most `max_bytes`.
+pub(super) fn send(
+    agent: &Agent,
+    out: Outgoing,
+) -> Result<Result<(u16, Vec<u8>), ureq::Error>, String> {
+    let agent = agent.clone();
+    let (done, answer) = mpsc::sync_channel(1);
+    thread::Builder::new()
+        .name("skill-http".into())
+        .spawn(move || {
+            let Outgoing {
+                url,
+                headers,
+                body,
+                timeout,
+                max_bytes,
+            } = out;
+            let result = match body {
+                None => {
+                    let mut req = agent.get(&url);
+                    for (n, v) in &headers {
+                        req = req.header(n.as_str(), v.as_str());
+                    }
+                    req.config().timeout_global(Some(timeout)).build().call()
+                }
+                Some((bytes, content_type)) => {
+                    let mut req = agent.post(&url);
+                    for (n, v) in &headers {
+                        req = req.header(n.as_str(), v.as_str());
+                    }
+                    let has_content_type = headers
+                        .iter()
+                        .any(|(n, _)| n.eq_ignore_ascii_case("content-type"));
+                    if let (Some(ct), false) = (content_type, has_content_type) {
+                        req = req.header("content-type", ct);
+                    }
+                    req.config()
+                        .timeout_global(Some(timeout))
+                        .build()
+                        .send(&bytes[..])
+                }
+            };
+            let read = result.and_then(|response| {
+                let status = response.status().as_u16();
+                let bytes = response
+                    .into_body()
+                    .with_config()
+                    .limit(max_bytes as u64)
+                    .read_to_vec()?;
+                Ok((status, bytes))
+            });
+            // The caller may have stopped waiting (its run was cancelled).
+            let _ = done.send(read);
+        })
+        .map_err(|e| format!("cannot start the request: {e}"))?;
+    loop {
+        match answer.recv_timeout(deadline::SLICE) {
+            Ok(result) => return Ok(result),
+            Err(mpsc::RecvTimeoutError::Timeout) if deadline::cancelled() => {
+                return Err(stopped_early().to_string());
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err("the request stopped unexpectedly".to_string());
+            }
+        }
+    }
 }

@@ -9,6 +9,7 @@
 //! in a failed call. `skills/README.md` is the user-facing reference for this list.
 
 mod command;
+pub mod homeassistant;
 mod http;
 pub mod schedule;
 pub mod services;
@@ -54,6 +55,9 @@ pub struct HostSettings {
     pub quiet_hours: Option<QuietHours>,
     /// What the running daemon lends skills (a voice, the other spokes).
     pub services: Services,
+    /// The Home Assistant server `ha_get` and friends reach, when `homeassistant.url`
+    /// is set.
+    pub homeassistant: Option<homeassistant::HaSettings>,
 }
 
 impl Default for HostSettings {
@@ -67,6 +71,7 @@ impl Default for HostSettings {
     /// - `storage`: see [`StorageLimits::default`].
     /// - `schedule`: see [`ScheduleLimits::default`].
     /// - `quiet_hours`: none.
+    /// - `homeassistant`: none.
     fn default() -> Self {
         HostSettings {
             data_dir: PathBuf::from("/var/lib/strawberry-spoke"),
@@ -79,6 +84,7 @@ impl Default for HostSettings {
             schedule: ScheduleLimits::default(),
             quiet_hours: None,
             services: Services::default(),
+            homeassistant: None,
         }
     }
 }
@@ -100,6 +106,7 @@ type HostResult<T> = Result<T, Box<EvalAltResult>>;
 pub fn register(engine: &mut Engine, ctx: Arc<SkillContext>) {
     command::register(engine, &ctx);
     http::register(engine, &ctx);
+    homeassistant::register(engine, &ctx);
     register_storage(engine, &ctx);
     register_log(engine, &ctx);
     register_time(engine);
