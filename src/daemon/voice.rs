@@ -48,7 +48,7 @@ use crate::audio::{Capture, CaptureStatus, SAMPLE_RATE};
 use crate::mqtt::protocol::WakeClaim;
 use crate::skills::schedule::Lateness;
 use crate::skills::services::Spoken;
-use crate::stt::{Transcriber, Transcript};
+use crate::stt::{Transcriber, Transcript, Verdict};
 use crate::tts::Speaker;
 use crate::wake::Detection;
 
@@ -179,6 +179,11 @@ impl Pipeline {
         });
         if text.is_empty() {
             self.speaker.cue(Cue::Error);
+            // Words were there but none passed the checks (a loop, or out of time):
+            // say so, rather than act on them or leave the person waiting.
+            if matches!(transcript.verdict, Verdict::Garbled | Verdict::TimedOut) {
+                self.speaker.say(self.phrase(Phrase::DidntCatch));
+            }
             return Outcome::default();
         }
         if self.stop_phrases.contains(&normalize(&text)) {
