@@ -13,7 +13,13 @@
 //! reports its own peak RSS. The multilingual model runs twice on the spoke: with the
 //! language given, and with `auto` among en/de/fr/es (detection's cost and accuracy).
 //!
-//! `cargo bench --bench stt` (after `tests/setup.sh`). faster-whisper is installed from
+//! A second part (`heldout`) runs the spoke as a new user would against faster-whisper
+//! with its default settings, on voices of other synthesizers (flite, festival) that no
+//! test uses, quiet and in rooms: word errors, transcript length against what was said,
+//! and each command's time ([`heldout`]).
+//!
+//! `cargo bench --bench stt` (after `tests/setup.sh`); `-- models` or `-- heldout` runs
+//! one part. faster-whisper is installed from
 //! PyPI into `target/stt-test/fw-venv` on first use. `STT_BENCH_THREADS` (default 2) and
 //! `STT_BENCH_REPS` (default 3) change the thread count and passes over the sets.
 //! Under `cargo test` this target only checks that it was built.
@@ -49,8 +55,14 @@ fn env_number(name: &str, default: usize) -> usize {
 /// One system run over one set: seconds per pass, the texts, languages heard, peak RSS.
 struct Run {
     passes: Vec<f64>,
+    /// Each clip's seconds, in every pass.
+    clip_secs: Vec<f64>,
     texts: Vec<String>,
     languages: Vec<String>,
+    /// The spoke's verdict on each clip (empty for the other systems).
+    verdicts: Vec<String>,
+    /// whisper.cpp decodes per clip (empty for the other systems).
+    decodes: Vec<f64>,
     rss_mb: f64,
 }
 
@@ -66,15 +78,19 @@ impl Run {
                 })
                 .unwrap_or_default()
         };
-        Run {
-            passes: json["passes"]
+        let numbers = |key: &str| -> Vec<f64> {
+            json[key]
                 .as_array()
-                .expect("passes")
-                .iter()
-                .filter_map(Value::as_f64)
-                .collect(),
+                .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                .unwrap_or_default()
+        };
+        Run {
+            passes: numbers("passes"),
+            clip_secs: numbers("clip_secs"),
             texts: strings("texts"),
             languages: strings("languages"),
+            verdicts: strings("verdicts"),
+            decodes: numbers("decodes"),
             rss_mb: json["rss_kb"].as_f64().unwrap_or(0.0) / 1024.0,
         }
     }
@@ -97,6 +113,26 @@ fn main() {
     }
     let threads = env_number("STT_BENCH_THREADS", 2);
     let reps = env_number("STT_BENCH_REPS", 3);
+    let python = faster_whisper_python();
+    // `cargo bench --bench stt -- heldout` (or `-- models`) runs one part only.
+    let only = |part: &str| {
+        let parts = ["models", "heldout"];
+        let chosen: Vec<String> = std::env::args()
+            .filter(|a| parts.contains(&a.as_str()))
+            .collect();
+        chosen.is_empty() || chosen.iter().any(|c| c == part)
+    };
+    if only("models") {
+        models(&python, threads, reps);
+    }
+    if only("heldout") {
+        heldout(&python, threads, reps);
+    }
+}
+
+/// Which model to recommend: every model and quantisation against faster-whisper
+/// (greedy) on the tests' voices and languages.
+fn models(python: &Path, threads: usize, reps: usize) {
     let mut sets: Vec<(&str, Vec<Clip>)> = vec![
         ("en", clips()),
         ("en-unseen", unseen_english()),
@@ -107,7 +143,6 @@ fn main() {
     sets.iter_mut()
         .for_each(|(_, c)| c.sort_by(|a, b| a.wav.cmp(&b.wav)));
     let english = |name: &str| name.starts_with("en");
-    let python = faster_whisper_python();
     let base_ct2 = cache_dir().join("base-ct2");
 
     // (system, set) -> run
@@ -143,23 +178,23 @@ fn main() {
         for compute_type in ["int8", "float32"] {
             if english(set) {
                 let run = faster_whisper(
-                    &python,
+                    python,
                     &ct2_dir(),
                     "en",
+                    "greedy",
                     compute_type,
-                    threads,
-                    reps,
+                    (threads, reps),
                     clips,
                 );
                 add(format!("faster-whisper tiny.en {compute_type}"), set, run);
             }
             let run = faster_whisper(
-                &python,
+                python,
                 &base_ct2,
                 language,
+                "greedy",
                 compute_type,
-                threads,
-                reps,
+                (threads, reps),
                 clips,
             );
             add(format!("faster-whisper base {compute_type}"), set, run);
@@ -321,6 +356,7 @@ fn child(job: &str) {
             .iter()
             .filter_map(|l| l.as_str().map(str::to_string))
             .collect(),
+        timeout: strawberry_spoke::stt::DEFAULT_TIMEOUT,
     })
     .unwrap_or_else(|e| panic!("{e}"));
     let audios: Vec<Vec<f32>> = job["wavs"]
@@ -335,23 +371,33 @@ fn child(job: &str) {
         .collect();
     t.transcribe(&audios[0]).unwrap(); // warm-up
     let mut passes = Vec::new();
+    let mut clip_secs = Vec::new();
     let mut texts = Vec::new();
     let mut languages = Vec::new();
+    let mut verdicts = Vec::new();
+    let mut decodes = Vec::new();
     for _ in 0..job["reps"].as_u64().expect("reps") {
         texts.clear();
         languages.clear();
+        verdicts.clear();
+        decodes.clear();
         let started = Instant::now();
         for a in &audios {
+            let clip_started = Instant::now();
             let transcript = t.transcribe(a).unwrap();
+            clip_secs.push(clip_started.elapsed().as_secs_f64());
             texts.push(transcript.text);
             languages.push(transcript.language);
+            verdicts.push(transcript.verdict.as_str());
+            decodes.push(transcript.decodes);
         }
         passes.push(started.elapsed().as_secs_f64());
     }
     let rss_kb = peak_rss_kb();
     println!(
         "{}",
-        json!({"passes": passes, "texts": texts, "languages": languages, "rss_kb": rss_kb})
+        json!({"passes": passes, "clip_secs": clip_secs, "texts": texts, "languages": languages,
+               "verdicts": verdicts, "decodes": decodes, "rss_kb": rss_kb})
     );
 }
 
@@ -404,9 +450,9 @@ fn faster_whisper(
     python: &Path,
     model: &Path,
     language: &str,
+    settings: &str,
     compute_type: &str,
-    threads: usize,
-    reps: usize,
+    (threads, reps): (usize, usize),
     clips: &[Clip],
 ) -> Run {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/stt_faster_whisper.py");
@@ -417,6 +463,7 @@ fn faster_whisper(
         .arg(compute_type)
         .arg(reps.to_string())
         .arg(language)
+        .arg(settings)
         .args(clips.iter().map(|c| &c.wav))
         // CTranslate2 sizes its own thread pools from these too.
         .env("OMP_NUM_THREADS", threads.to_string())
@@ -430,4 +477,345 @@ fn faster_whisper(
         String::from_utf8_lossy(&out.stderr)
     );
     Run::from_json(&serde_json::from_slice(&out.stdout).expect("JSON from the script"))
+}
+
+/// The rooms the held-out commands are heard in: `quiet` always, the others with
+/// `STT_BENCH_ROOMS=all` (or a comma-separated list of their names).
+const ROOMS: [&str; 6] = [
+    "quiet",
+    "reverberant",
+    "noise-10db",
+    "noise-5db",
+    "babble",
+    "music",
+];
+
+/// Held-out voices, the guard against loops and invented words: commands in voices of
+/// synthesizers no test uses (`benches/stt_voices.sh`: flite and festival), the spoke
+/// as a new user runs it (base q8_0 with the default `auto` language among en/de/fr/es,
+/// and tiny.en) against faster-whisper with its default settings on the same weights;
+/// with `STT_BENCH_BEFORE` (a `strawberry-spoke` binary built before the checks), that
+/// binary's `transcribe` on the same clips, for the checks' cost.
+fn heldout(python: &Path, threads: usize, reps: usize) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/stt_voices.sh");
+    let made = Command::new("bash")
+        .arg(&script)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        made,
+        "{} failed (needs flite, festival, sox)",
+        script.display()
+    );
+    let quiet = clips_in(&cache_dir().join("bench-heldout"));
+    let wanted = std::env::var("STT_BENCH_ROOMS").unwrap_or_default();
+    let rooms: Vec<&str> = ROOMS
+        .into_iter()
+        .filter(|r| *r == "quiet" || wanted == "all" || wanted.split(',').any(|w| w == *r))
+        .collect();
+    let before = std::env::var_os("STT_BENCH_BEFORE").map(PathBuf::from);
+    println!(
+        "\nheld-out voices: {} clips ({} commands x {} voices), {threads} threads, {reps} pass(es)",
+        quiet.len(),
+        quiet.len() / 6,
+        6
+    );
+    for room in rooms {
+        let clips = if room == "quiet" {
+            quiet.clone()
+        } else {
+            in_room(&quiet, room)
+        };
+        let mut rows: Vec<(String, Run)> = Vec::new();
+        rows.push((
+            "spoke base q8_0 (auto: en/de/fr/es)".into(),
+            spoke(
+                &base_model("q8_0"),
+                "auto",
+                &HOUSEHOLD,
+                threads,
+                reps,
+                &clips,
+            ),
+        ));
+        rows.push((
+            "spoke tiny.en q8_0".into(),
+            spoke(&ggml_model("q8_0"), "en", &[], threads, reps, &clips),
+        ));
+        if let Some(bin) = &before {
+            rows.push((
+                "spoke base q8_0 before the checks".into(),
+                spoke_binary(bin, &base_model("q8_0"), "auto", threads, reps, &clips),
+            ));
+            rows.push((
+                "spoke tiny.en q8_0 before the checks".into(),
+                spoke_binary(bin, &ggml_model("q8_0"), "en", threads, reps, &clips),
+            ));
+        }
+        rows.push((
+            "faster-whisper base int8, defaults".into(),
+            faster_whisper(
+                python,
+                &cache_dir().join("base-ct2"),
+                "auto",
+                "defaults",
+                "int8",
+                (threads, reps),
+                &clips,
+            ),
+        ));
+        rows.push((
+            "faster-whisper tiny.en int8, defaults".into(),
+            faster_whisper(
+                python,
+                &ct2_dir(),
+                "en",
+                "defaults",
+                "int8",
+                (threads, reps),
+                &clips,
+            ),
+        ));
+        println!("\nroom: {room}\n");
+        println!(
+            "| system | WER | longest transcript / said | over 2x | ms per command: median / max | fell back | no transcript |"
+        );
+        println!("| --- | --- | --- | --- | --- | --- | --- |");
+        for (name, run) in &rows {
+            print_heldout_row(name, run, &clips);
+        }
+        for (name, run) in &rows {
+            for (clip, text) in clips.iter().zip(&run.texts) {
+                let ratio = length_ratio(&clip.text, text);
+                if ratio > 1.5 || word_error_rate([(clip.text.as_str(), text.as_str())]) > 0.5 {
+                    println!(
+                        "  {name}: {}: said {:?}, got {text:?}",
+                        clip.wav.file_name().unwrap_or_default().to_string_lossy(),
+                        clip.text
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn print_heldout_row(name: &str, run: &Run, clips: &[Clip]) {
+    let wer = word_error_rate(
+        clips
+            .iter()
+            .map(|c| c.text.as_str())
+            .zip(run.texts.iter().map(String::as_str)),
+    );
+    let ratios: Vec<f64> = clips
+        .iter()
+        .zip(&run.texts)
+        .map(|(c, t)| length_ratio(&c.text, t))
+        .collect();
+    let longest = ratios.iter().copied().fold(0.0, f64::max);
+    let over = ratios.iter().filter(|r| **r > 2.0).count();
+    let mut secs = run.clip_secs.clone();
+    secs.sort_by(f64::total_cmp);
+    let median = secs.get(secs.len() / 2).copied().unwrap_or(0.0);
+    let max = secs.last().copied().unwrap_or(0.0);
+    let (fell_back, dropped) = if run.verdicts.is_empty() {
+        ("-".to_string(), "-".to_string())
+    } else {
+        (
+            run.decodes.iter().filter(|d| **d > 1.0).count().to_string(),
+            run.verdicts
+                .iter()
+                .zip(&run.texts)
+                .filter(|(v, t)| t.is_empty() && *v != "silence")
+                .count()
+                .to_string(),
+        )
+    };
+    println!(
+        "| {name} | {:.1}% | {longest:.2} | {over} | {:.0} / {:.0} | {fell_back} | {dropped} |",
+        wer * 100.0,
+        median * 1000.0,
+        max * 1000.0
+    );
+}
+
+/// Words transcribed over words said.
+fn length_ratio(said: &str, heard: &str) -> f64 {
+    stt_support::normalise(heard).len() as f64 / stt_support::normalise(said).len().max(1) as f64
+}
+
+/// `clips` as heard in `room`, made once with sox under `target/stt-test/bench-rooms`:
+/// reverberation (sox `reverb`), steady pink noise 10 and 5 dB below the speech,
+/// three other voices talking 5 dB below (the tests' espeak-ng clips), music 10 dB below
+/// (plucked chords). Levels are set against the speech's RMS in the clip.
+fn in_room(clips: &[Clip], room: &str) -> Vec<Clip> {
+    let dir = cache_dir().join("bench-rooms").join(room);
+    let done = dir.join(".done");
+    if !done.exists() {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let sox = |args: &[&str]| {
+            let ok = Command::new("sox")
+                .args(args)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "sox {args:?} failed");
+        };
+        let background = match room {
+            "noise-10db" | "noise-5db" => {
+                let noise = dir.join("noise.wav");
+                let n = noise.to_str().unwrap();
+                sox(&[
+                    "-n",
+                    "-r",
+                    "16000",
+                    "-c",
+                    "1",
+                    "-b",
+                    "16",
+                    n,
+                    "synth",
+                    "60",
+                    "pinknoise",
+                    "vol",
+                    "0.3",
+                ]);
+                Some(read(&noise))
+            }
+            "music" => {
+                let music = dir.join("music.wav");
+                let m = music.to_str().unwrap();
+                sox(&[
+                    "-n", "-r", "16000", "-c", "1", "-b", "16", m, "synth", "0.6", "pluck", "C3",
+                    "pluck", "E4", "pluck", "G4", "synth", "0.6", "pluck", "A2", "pluck", "C4",
+                    "pluck", "E4", "fade", "0", "0.6", "0.1", "repeat", "99", "vol", "0.3",
+                ]);
+                Some(read(&music))
+            }
+            "babble" => {
+                // Three of the tests' voices, each its sentences one after another.
+                let talk: Vec<Vec<f32>> = ["en-us-", "en-gb-0", "en-us_f3-"]
+                    .iter()
+                    .map(|voice| {
+                        clips_in(&cache_dir().join("wav"))
+                            .iter()
+                            .filter(|c| {
+                                c.wav
+                                    .file_name()
+                                    .is_some_and(|n| n.to_string_lossy().starts_with(voice))
+                            })
+                            .flat_map(|c| read(&c.wav))
+                            .collect()
+                    })
+                    .collect();
+                let len = talk.iter().map(Vec::len).min().unwrap_or(0);
+                Some((0..len).map(|i| talk.iter().map(|t| t[i]).sum()).collect())
+            }
+            _ => None,
+        };
+        let below_db = match room {
+            "noise-5db" | "babble" => 5.0,
+            _ => 10.0,
+        };
+        for (n, clip) in clips.iter().enumerate() {
+            let name = clip.wav.file_name().unwrap();
+            let out = dir.join(name);
+            match &background {
+                None => sox(&[
+                    clip.wav.to_str().unwrap(),
+                    out.to_str().unwrap(),
+                    "reverb",
+                    "60",
+                    "50",
+                    "80",
+                ]),
+                Some(background) => {
+                    let speech = read(&clip.wav);
+                    // Each clip hears its own stretch of the background.
+                    let start = (n * 7919) % background.len().saturating_sub(speech.len()).max(1);
+                    let part = &background[start..(start + speech.len()).min(background.len())];
+                    let gain = rms(&speech) / rms(part).max(1e-9) / 10f32.powf(below_db / 20.0);
+                    let mixed: Vec<f32> = speech
+                        .iter()
+                        .zip(part.iter().chain(std::iter::repeat(&0.0)))
+                        .map(|(s, b)| (s + b * gain).clamp(-1.0, 1.0))
+                        .collect();
+                    write(&out, &mixed);
+                }
+            }
+            std::fs::copy(clip.wav.with_extension("txt"), out.with_extension("txt")).unwrap();
+        }
+        std::fs::write(&done, "").unwrap();
+    }
+    clips_in(&dir)
+}
+
+/// The RMS of the speech in `samples`: over 20 ms frames within 30 dB of the loudest.
+fn rms(samples: &[f32]) -> f32 {
+    let frames: Vec<f32> = samples
+        .chunks(320)
+        .map(|f| (f.iter().map(|s| s * s).sum::<f32>() / f.len() as f32).sqrt())
+        .collect();
+    let loudest = frames.iter().copied().fold(0.0, f32::max);
+    let speech: Vec<f32> = frames
+        .into_iter()
+        .filter(|f| *f >= loudest * 0.0316)
+        .collect();
+    (speech.iter().map(|f| f * f).sum::<f32>() / speech.len().max(1) as f32).sqrt()
+}
+
+fn read(wav: &Path) -> Vec<f32> {
+    audio::read_wav_16k(wav)
+        .unwrap_or_else(|e| panic!("{}: {e}", wav.display()))
+        .0
+}
+
+fn write(wav: &Path, samples: &[f32]) {
+    strawberry_spoke::audio::wav::write_wav(wav, samples, 16_000)
+        .unwrap_or_else(|e| panic!("{}: {e}", wav.display()));
+}
+
+/// A `strawberry-spoke` binary's `transcribe` on each clip (one process per clip; the
+/// inference time it prints, model loading excluded).
+fn spoke_binary(
+    bin: &Path,
+    model: &Path,
+    language: &str,
+    threads: usize,
+    reps: usize,
+    clips: &[Clip],
+) -> Run {
+    let mut clip_secs = Vec::new();
+    let mut texts = Vec::new();
+    for _ in 0..reps {
+        texts.clear();
+        for clip in clips {
+            let out = Command::new(bin)
+                .arg("transcribe")
+                .arg(&clip.wav)
+                .env("STRAWBERRY_SPOKE__STT__MODEL", model)
+                .env("STRAWBERRY_SPOKE__STT__LANGUAGE", language)
+                .env("STRAWBERRY_SPOKE__STT__THREADS", threads.to_string())
+                .output()
+                .expect("run the binary before the checks");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{stderr}");
+            let ms: f64 = stderr
+                .split("inference ")
+                .nth(1)
+                .and_then(|rest| rest.split(" ms").next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no inference time in {stderr}"));
+            clip_secs.push(ms / 1000.0);
+            texts.push(String::from_utf8_lossy(&out.stdout).trim().to_string());
+        }
+    }
+    Run {
+        passes: Vec::new(),
+        clip_secs,
+        texts,
+        languages: Vec::new(),
+        verdicts: Vec::new(),
+        decodes: Vec::new(),
+        rss_mb: 0.0,
+    }
 }

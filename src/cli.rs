@@ -31,7 +31,7 @@ use crate::skills::policy::{AllowList, ConsoleConfirm};
 use crate::skills::watch::LiveRegistry;
 use crate::skills::{LoadError, Registry, SkillClass, SkillFunction};
 use crate::stt::ct2::Quantize;
-use crate::stt::{SAMPLE_RATE, Transcriber, audio};
+use crate::stt::{SAMPLE_RATE, Transcriber, Verdict, audio};
 
 /// How long `exec`, `ask`, `chat` and `prompt` wait for the broker (and the retained
 /// registrations) before going on with local skills only.
@@ -643,7 +643,7 @@ fn transcribe(config: &Config, file: &Path) -> Result<ExitCode> {
         )
     };
     eprintln!(
-        "audio {:.2} s | language {} | read {} ms | resample {converted} | load {} ms | inference {} ms (audio_ctx {}, {} threads)",
+        "audio {:.2} s | language {} | read {} ms | resample {converted} | load {} ms | inference {} ms (audio_ctx {}, {} threads, {} decode(s), {})",
         transcript.audio.as_secs_f64(),
         transcript.language,
         read.as_millis(),
@@ -651,7 +651,18 @@ fn transcribe(config: &Config, file: &Path) -> Result<ExitCode> {
         transcript.inference.as_millis(),
         transcript.audio_ctx,
         config.stt.threads,
+        transcript.decodes,
+        transcript.verdict.as_str(),
     );
+    if matches!(transcript.verdict, Verdict::Garbled | Verdict::TimedOut)
+        && transcript.text.is_empty()
+    {
+        eprintln!(
+            "no transcript: {} (every decode looped, or stt.timeout_ms = {} ran out); the daemon would say it did not catch that",
+            transcript.verdict.as_str(),
+            config.stt.timeout_ms
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -444,6 +444,9 @@ pub struct SttConfig {
     /// four the spoke has its own phrases in, English, German, French and Spanish: among
     /// all 99, Whisper base heard English commands in espeak-ng voices as Welsh.
     pub languages: Vec<String>,
+    /// The longest one transcription may take (every decode, fallbacks included); past
+    /// it the best transcript so far is used, or the spoke says it did not catch that.
+    pub timeout_ms: u64,
 }
 
 /// `[audio]`: the microphone and the speaker.
@@ -820,6 +823,7 @@ impl Default for SttConfig {
             threads: std::thread::available_parallelism().map_or(2, |n| n.get().min(4)),
             language: "auto".into(),
             languages: ["en", "de", "fr", "es"].map(String::from).to_vec(),
+            timeout_ms: crate::stt::DEFAULT_TIMEOUT.as_millis() as u64,
         }
     }
 }
@@ -832,6 +836,7 @@ impl SttConfig {
             threads: self.threads,
             language: self.language.clone(),
             languages: self.languages.clone(),
+            timeout: std::time::Duration::from_millis(self.timeout_ms),
         }
     }
 }
@@ -1023,6 +1028,7 @@ impl Config {
             ("hub.max_tokens", u64::from(self.hub.max_tokens)),
             ("agent.max_rounds", u64::from(self.agent.max_rounds)),
             ("stt.threads", self.stt.threads as u64),
+            ("stt.timeout_ms", self.stt.timeout_ms),
             ("sandbox.memory_mib", self.sandbox.memory_mib),
             ("sandbox.timeout_ms", self.sandbox.timeout_ms),
             ("sandbox.total_timeout_ms", self.sandbox.total_timeout_ms),

@@ -7,9 +7,12 @@ mod stt_support;
 
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
-use strawberry_spoke::stt::{Settings, Transcriber, audio};
-use stt_support::{Clip, clips, clips_in, ct2_dir, ggml_model, normalise, word_error_rate};
+use strawberry_spoke::stt::{Settings, Transcriber, Verdict, audio};
+use stt_support::{
+    Clip, base_model, clips, clips_in, ct2_dir, ggml_model, normalise, word_error_rate,
+};
 
 fn transcriber(model: &Path) -> Transcriber {
     Transcriber::load(&Settings {
@@ -17,6 +20,8 @@ fn transcriber(model: &Path) -> Transcriber {
         threads: 1,
         language: "en".into(),
         languages: Vec::new(),
+        // Accuracy, not time, is tested here: room for a busy machine.
+        timeout: std::time::Duration::from_secs(600),
     })
     .unwrap_or_else(|e| panic!("{e}"))
 }
@@ -220,4 +225,103 @@ fn import_ct2_rejects_unknown_weight_type() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(stderr.contains("f16 or q8_0"), "{stderr}");
+}
+
+/// The tests' recordings one after another, `seconds` long: a long utterance whose
+/// decodes take far longer than the limits below.
+fn long_utterance(seconds: usize) -> Vec<f32> {
+    let mut samples: Vec<f32> = clips()
+        .iter()
+        .flat_map(|c| audio::read_wav_16k(&c.wav).unwrap().0)
+        .collect();
+    samples.truncate(seconds * strawberry_spoke::stt::SAMPLE_RATE as usize);
+    samples
+}
+
+#[test]
+fn a_transcription_out_of_time_stops_mid_decode_and_says_so() {
+    let samples = long_utterance(28);
+    // With time to spare the words come back.
+    let t = transcriber(&ggml_model("q8_0"));
+    let started = Instant::now();
+    let whole = t.transcribe(&samples).unwrap();
+    let unbounded = started.elapsed();
+    assert_ne!(whole.verdict, Verdict::TimedOut, "{whole:?}");
+    assert!(whole.text.split_whitespace().count() > 20, "{whole:?}");
+
+    let t = Transcriber::load(&Settings {
+        model: ggml_model("q8_0"),
+        threads: 1,
+        language: "en".into(),
+        languages: Vec::new(),
+        timeout: Duration::from_millis(150),
+    })
+    .unwrap();
+    let started = Instant::now();
+    let transcript = t.transcribe(&samples).unwrap();
+    let took = started.elapsed();
+    assert_eq!(transcript.verdict, Verdict::TimedOut, "{transcript:?}");
+    assert_eq!(transcript.text, "", "{transcript:?}");
+    // whisper.cpp looks at the abort callback after the encoder pass and between
+    // tokens: the decoding of some 80 words is cut off.
+    assert!(
+        took < unbounded,
+        "out of time after {took:?}, the whole transcription took {unbounded:?}"
+    );
+}
+
+#[test]
+fn transcribe_command_reports_running_out_of_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let wav = dir.path().join("long.wav");
+    strawberry_spoke::audio::wav::write_wav(&wav, &long_utterance(28), 16_000).unwrap();
+    let model = ggml_model("q8_0");
+    let out = spoke(
+        &["transcribe", wav.to_str().unwrap()],
+        &[
+            ("STRAWBERRY_SPOKE__STT__MODEL", model.to_str().unwrap()),
+            ("STRAWBERRY_SPOKE__STT__TIMEOUT_MS", "150"),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout.trim(), "", "{stdout}");
+    assert!(
+        stderr.contains("timed out") && stderr.contains("stt.timeout_ms = 150"),
+        "{stderr}"
+    );
+}
+
+/// A command base q8_0 loops on with greedy decoding ("Turn off the fan in the bedroom.
+/// Turn off the fan in the bedroom. Turn off the..."), here and at every fallback
+/// temperature: the loop is caught, each decode stops where it starts to repeat, and
+/// the command comes back once.
+#[test]
+fn a_looping_decode_is_caught_and_the_command_said_once() {
+    let clip = clips()
+        .into_iter()
+        .find(|c| c.wav.ends_with("en-gb-x-rp_m3-08.wav"))
+        .expect("the clip tests/setup.sh makes");
+    // Time enough for every fallback on a busy machine: this is about the checks.
+    let t = Transcriber::load(&Settings {
+        model: base_model("q8_0"),
+        threads: 1,
+        language: "en".into(),
+        languages: Vec::new(),
+        timeout: Duration::from_secs(300),
+    })
+    .unwrap();
+    let (samples, _) = audio::read_wav_16k(&clip.wav).unwrap();
+    let transcript = t.transcribe(&samples).unwrap();
+    assert!(
+        (2..=4).contains(&transcript.decodes),
+        "the first decode should fail its checks: {transcript:?}"
+    );
+    assert_ne!(transcript.verdict, Verdict::TimedOut, "{transcript:?}");
+    assert_eq!(
+        normalise(&transcript.text),
+        normalise(&clip.text),
+        "{transcript:?}"
+    );
 }

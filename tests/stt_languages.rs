@@ -20,6 +20,8 @@ fn transcriber(model: &Path, language: &str, languages: &[&str]) -> Result<Trans
         threads: 2,
         language: language.into(),
         languages: languages.iter().map(|l| l.to_string()).collect(),
+        // Accuracy, not time, is tested here: room for a busy machine.
+        timeout: std::time::Duration::from_secs(600),
     })
 }
 

@@ -49,7 +49,7 @@ use crate::audio::{Capture, CaptureStatus, SAMPLE_RATE};
 use crate::host::schedule::Lateness;
 use crate::host::spoken::Spoken;
 use crate::mqtt::protocol::WakeClaim;
-use crate::stt::{Transcriber, Transcript};
+use crate::stt::{Transcriber, Transcript, Verdict};
 use crate::tts::Speaker;
 use crate::wake::Detection;
 
@@ -180,6 +180,11 @@ impl Pipeline {
         });
         if text.is_empty() {
             self.speaker.cue(Cue::Error);
+            // Words were there but none passed the checks (a loop, or out of time):
+            // say so, rather than act on them or leave the person waiting.
+            if matches!(transcript.verdict, Verdict::Garbled | Verdict::TimedOut) {
+                self.speaker.say(self.phrase(Phrase::DidntCatch));
+            }
             return Outcome::default();
         }
         if self.stop_phrases.contains(&normalize(&text)) {
