@@ -1673,7 +1673,7 @@ mod tests {
         assert_eq!(settings.url, "http://ha.lan:8123");
         assert_eq!(
             settings.token,
-            crate::skills::host_api::homeassistant::TokenSource::File(dir.path().join("ha-token"))
+            crate::host::homeassistant::TokenSource::File(dir.path().join("ha-token"))
         );
         let shown = config.to_masked_toml().unwrap();
         assert!(!shown.contains("ha-token"), "{shown}");
