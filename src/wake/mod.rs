@@ -132,6 +132,17 @@ pub enum WakeError {
     Detector { name: String, message: String },
 }
 
+/// The two bundled "hey strawberry" words (`wake.bundled`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bundled {
+    /// Templates of ten espeak-ng voices (rustpotter's reference word).
+    #[default]
+    Reference,
+    /// The keyword spotter trained on synthetic voices (`src/wake/train-neural/`).
+    Neural,
+}
+
 /// A wake word: a reference word (a name and the feature sequences of its
 /// recordings, rustpotter's format) or a neural one (`neural.rs`).
 pub struct WakeWord {

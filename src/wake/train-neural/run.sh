@@ -10,16 +10,21 @@
 # (jax 0.10 with its CPU jaxlib: ~100 MB, installs in a minute; PyPI's torch wheel
 # pulls gigabytes of CUDA libraries, so it is not used). Nothing else is downloaded.
 #
-# Time on the 2-core development machine, shared with other builds (load 4-7), all
-# under `nice -n 19`:
-#   gen.py tts    ~5 min   8,790 utterances of 2,976 voices (espeak-ng, espeak, flite)
-#   gen.py feat  ~18 min   52,000 2.4 s clips with rooms and noise -> log-mel features
-#   gen.py eval   ~6 min   the held-out test set and its dev twin (WAV files)
-#   train.py     ~36 min   10 epochs (about 3.5 min each)
-#   calibrate.py  ~2 min
-# Everything is cached under $WAKE_CACHE (default ~/.cache/strawberry/wake/neural); a
-# rerun skips what exists, and training resumes from its last finished epoch. Delete
-# the cache directory to start from nothing.
+# Time on the 2-core development machine, shared with other engineers' builds and tests
+# (load 4-7), everything under `nice -n 19` (2026-11-26):
+#   gen.py tts     ~5 min   8,790 utterances of 2,976 voices (espeak-ng, espeak, flite)
+#   gen.py feat   ~18 min   52,000 2.4 s clips with rooms and noise -> log-mel features
+#   gen.py eval    ~9 min   the held-out test set and its dev twin (WAV files)
+#   train.py      ~25 min   10 epochs, 90-300 s each depending on the load
+#   gen.py tts    ~10 min   (WAKE_PARAS=1700) 1,200 more paragraphs for mining
+#   mine.py        ~5 min   hard negatives from ~10 h of new speech in rooms
+#   train.py      ~10 min   (WAKE_FINETUNE=1) 3 of 4 fine-tuning epochs ran; the 4th
+#                           starved under load and was stopped, and export_state.py wrote
+#                           the model from epoch 3
+#   calibrate.py   ~2 min
+# About 1 h 25 min in all. Everything is cached under $WAKE_CACHE (default
+# ~/.cache/strawberry/wake/neural); a rerun skips what exists, and training resumes
+# from its last finished epoch. Delete the cache directory to start from nothing.
 #
 # Usage: src/wake/train-neural/run.sh
 set -euo pipefail
@@ -30,5 +35,8 @@ export WAKE_CACHE=$cache
 repo=$(cd ../../.. && pwd)
 WAKE_TRAIN_SHARDS=${WAKE_TRAIN_SHARDS:-120} nice -n 19 python3 gen.py all
 nice -n 19 python3 train.py
-nice -n 19 python3 calibrate.py "$cache/train/hey_strawberry-c64.wake" \
+WAKE_PARAS=1700 nice -n 19 python3 gen.py tts
+nice -n 19 python3 mine.py
+WAKE_FINETUNE=1 nice -n 19 python3 train.py
+nice -n 19 python3 calibrate.py "$cache/train/hey_strawberry-c64-ft.wake" \
   "$repo/src/wake/hey_strawberry.wake" "$repo/tests/wake/neural-check"
