@@ -14,6 +14,11 @@
 //! cost (1.0% of one core with the bundled word on the development machine, against
 //! 3.5% through rustpotter's own detector; BENCHMARKS.md).
 //!
+//! Neural words (`neural.rs`, trained by `src/wake/train-neural/`) are the other kind:
+//! a small network trained on thousands of synthetic voices, for voices no recording
+//! resembles. `wake.bundled` chooses which bundled "hey strawberry" listens; both kinds
+//! sit behind the same [`Detector`].
+//!
 //! The detector takes 16 kHz mono f32 audio in chunks of any length (the audio module
 //! hands over whatever its callback produced) and buffers it to 30 ms frames. Each [`Detection`] says where in the stream the phrase was (sample offsets),
 //! not only that it was heard: the recorder needs to know where the command starts.

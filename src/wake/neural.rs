@@ -11,8 +11,8 @@
 //! windows every 10 ms): one full convolution, then residual blocks of depthwise
 //! dilated convolutions with pointwise mixing, one score per frame. Causal and dilated,
 //! it streams: each 10 ms costs one column per layer, with a few past columns kept per
-//! layer (its dilation's worth), and gives exactly what the training script computes
-//! over a whole clip (`tests/wake.rs` compares the two on a fixed clip).
+//! layer (its dilation's worth), and gives what the training script computes over a
+//! whole clip, up to float rounding (`tests/wake.rs` compares the two on a fixed clip).
 //!
 //! The file: the 8 bytes `SSWAKENN`, a little-endian u32 header length, a JSON header
 //! (front end, shapes, measured operating points), then the f32 arrays it lists.
