@@ -1,5 +1,5 @@
 //! Wake word CPU cost: how long the bundled "hey strawberry" detector takes per second
-//! of audio, on the other-speech and noise files of `tests/setup.sh` (what a spoke
+//! of audio (the reference word and the neural word, one after the other), on the other-speech and noise files of `tests/setup.sh` (what a spoke
 //! hears nearly all the time: the cost is the same whether or not the phrase is in it).
 //!
 //! `cargo bench --bench wake` (after `tests/setup.sh`). `WAKE_BENCH_REPS` (default 3)
@@ -16,14 +16,25 @@ use strawberry_spoke::wake::{Detector, SAMPLE_RATE, Settings, WakeWord};
 const CHUNK: usize = 320;
 
 fn main() {
-    let word = WakeWord::bundled().expect("the bundled wake word");
+    let words = [
+        (
+            "reference",
+            WakeWord::bundled_reference().expect("the reference word"),
+        ),
+        (
+            "neural",
+            WakeWord::bundled_neural().expect("the neural word"),
+        ),
+    ];
     if !std::env::args().any(|a| a == "--bench") {
-        let mut detector = Detector::with_word(&Settings::default(), &word).expect("detector");
         let tone: Vec<f32> = (0..SAMPLE_RATE)
             .map(|i| (i as f32 * 0.05).sin() * 0.1)
             .collect();
-        let found = detector.process(&tone);
-        assert!(found.is_empty() && detector.position() == u64::from(SAMPLE_RATE));
+        for (_, word) in &words {
+            let mut detector = Detector::with_word(&Settings::default(), word).expect("detector");
+            let found = detector.process(&tone);
+            assert!(found.is_empty() && detector.position() == u64::from(SAMPLE_RATE));
+        }
         println!("wake benchmark: run it with `cargo bench --bench wake`");
         return;
     }
@@ -38,15 +49,22 @@ fn main() {
         .map(|e| e.expect("dir entry").path())
         .collect();
     files.sort();
+    for (label, word) in &words {
+        println!("\n### {label} word\n");
+        measure(word, &files, reps);
+    }
+}
+
+fn measure(word: &WakeWord, files: &[std::path::PathBuf], reps: usize) {
     println!("| audio | seconds | CPU ms per audio second (median of {reps}) | % of one core |");
     println!("| --- | --- | --- | --- |");
     let (mut all_audio, mut all_busy) = (0.0, 0.0);
-    for file in &files {
+    for file in files {
         let (samples, _) = audio::read_wav_16k(file).expect("WAV");
         let seconds = samples.len() as f64 / f64::from(SAMPLE_RATE);
         let mut passes = Vec::new();
         for _ in 0..reps {
-            let mut detector = Detector::with_word(&Settings::default(), &word).expect("detector");
+            let mut detector = Detector::with_word(&Settings::default(), word).expect("detector");
             let cpu = cpu_time();
             for chunk in samples.chunks(CHUNK) {
                 detector.process(chunk);
@@ -70,9 +88,9 @@ fn main() {
         all_busy / all_audio * 100.0
     );
     let started = Instant::now();
-    let _ = Detector::with_word(&Settings::default(), &word);
+    let _ = Detector::with_word(&Settings::default(), word);
     println!(
-        "\nmaking a detector with the bundled word: {:.2} ms",
+        "\nmaking a detector with the word: {:.2} ms",
         started.elapsed().as_secs_f64() * 1000.0
     );
 }

@@ -155,7 +155,8 @@ pub enum WakewordCommand {
     /// score, or the closest miss (for tuning `wake.threshold`). Uses the `[wake]`
     /// settings.
     Test {
-        /// The wake word file, or `bundled` for the built-in "hey strawberry".
+        /// The wake word file, or `bundled` for the built-in "hey strawberry" (`wake.bundled`
+        /// chooses which), `bundled-reference` or `bundled-neural` for either one.
         #[arg(value_name = "FILE|bundled")]
         word: PathBuf,
         /// WAV recordings (any rate, any channels).

@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 use crate::host::HostSettings;
 use crate::host::storage::StorageLimits;
 use crate::sandbox::Limits;
-use crate::wake::{ScoreMode, Settings as WakeSettings, Vad, WakeError, WakeWord};
+use crate::wake::{
+    Bundled, ScoreMode, Sensitivity, Settings as WakeSettings, Vad, WakeError, WakeWord,
+};
 
 /// Where the daemon looks for its config when `--config` is not given.
 pub const DEFAULT_PATH: &str = "/etc/strawberry-spoke/config.toml";
@@ -504,8 +506,15 @@ pub struct WakeConfig {
     /// A wake word file (`strawberry-spoke wakeword train` makes one). Default: the
     /// bundled "hey strawberry".
     pub file: Option<PathBuf>,
-    /// Score (0-1) the phrase must reach. Lower hears more (and wakes more by mistake).
-    pub threshold: f32,
+    /// Which bundled "hey strawberry" listens when `file` is not set: `reference` or
+    /// `neural` (docs/wake-word.md compares them).
+    pub bundled: Bundled,
+    /// How eagerly the word is heard: `low`, `medium` or `high` (operating points
+    /// measured for the bundled word; docs/wake-word.md has the figures).
+    pub sensitivity: Sensitivity,
+    /// For experts: the score (0-1) the phrase must reach, overriding `sensitivity`.
+    /// Lower hears more (and wakes more by mistake).
+    pub threshold: Option<f32>,
     /// Score against the averaged recording below which a stretch is not compared
     /// with each recording (a CPU saver; 0 compares everything).
     pub avg_threshold: f32,
@@ -539,6 +548,8 @@ impl Default for WakeConfig {
         let s = WakeSettings::default();
         WakeConfig {
             file: None,
+            bundled: Bundled::default(),
+            sensitivity: s.sensitivity,
             threshold: s.threshold,
             avg_threshold: s.avg_threshold,
             min_scores: s.min_scores,
@@ -634,6 +645,7 @@ impl WakeConfig {
     /// What the detector needs.
     pub fn settings(&self) -> WakeSettings {
         WakeSettings {
+            sensitivity: self.sensitivity,
             threshold: self.threshold,
             avg_threshold: self.avg_threshold,
             min_scores: self.min_scores,
@@ -649,7 +661,7 @@ impl WakeConfig {
     /// The configured wake word: `file`, or the bundled one. Errors name `wake.file`.
     pub fn word(&self) -> Result<WakeWord, WakeError> {
         match &self.file {
-            None => WakeWord::bundled(),
+            None => WakeWord::bundled_of(self.bundled),
             Some(path) => {
                 let origin = format!("wake.file {}", path.display());
                 match std::fs::read(path) {
@@ -1986,7 +1998,7 @@ mod tests {
         let s = config.wake.settings();
         assert_eq!(
             (s.threshold, s.score_mode, s.vad, s.min_scores),
-            (0.6, ScoreMode::P90, Vad::Easy, 3)
+            (Some(0.6), ScoreMode::P90, Vad::Easy, 3)
         );
         let err = config.wake.word().unwrap_err().to_string();
         assert!(

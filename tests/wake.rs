@@ -10,7 +10,7 @@ use std::time::Instant;
 use strawberry_spoke::config::WakeConfig;
 use strawberry_spoke::stt::audio;
 use strawberry_spoke::wake::{
-    Detection, Detector, SAMPLE_RATE, ScoreMode, Settings, Vad, WakeError, WakeWord,
+    Detection, Detector, SAMPLE_RATE, ScoreMode, Sensitivity, Settings, Vad, WakeError, WakeWord,
 };
 
 /// How far a reported end of the phrase may be from the true one, in seconds.
@@ -363,7 +363,7 @@ fn bad_inputs_are_clear_errors_not_panics() {
 
     // Not a wake word file: random bytes, a WAV, and a cut-off real one.
     std::fs::write(path("junk.rpw"), b"this is not CBOR at all \xff\x00").unwrap();
-    let mut cut = strawberry_spoke::wake::BUNDLED.to_vec();
+    let mut cut = strawberry_spoke::wake::BUNDLED_REFERENCE.to_vec();
     cut.truncate(cut.len() / 2);
     std::fs::write(path("cut.rpw"), &cut).unwrap();
     let wav = wavs(&wake_dir().join("phrase"), ".wav")[0].clone();
@@ -472,7 +472,7 @@ fn bad_inputs_are_clear_errors_not_panics() {
 
     // Settings that cannot work.
     let settings = strawberry_spoke::wake::Settings {
-        threshold: 2.0,
+        threshold: Some(2.0),
         ..Default::default()
     };
     let err = Detector::new(&settings).unwrap_err();
@@ -503,14 +503,16 @@ fn the_detector_scores_exactly_as_rustpotter_does() {
         gain_normalizer: true,
         score_mode: ScoreMode::Median,
         eager: true,
-        threshold: 0.5,
+        threshold: Some(0.5),
         ..Settings::default()
     };
     // The same settings for rustpotter.
     let reference = |s: &Settings, vad, mode| {
         let mut config = RustpotterConfig::default();
         let d = &mut config.detector;
-        (d.threshold, d.avg_threshold, d.min_scores) = (s.threshold, s.avg_threshold, s.min_scores);
+        // Unset, the threshold is medium sensitivity's for reference words: 0.56.
+        let threshold = s.threshold.unwrap_or(0.56);
+        (d.threshold, d.avg_threshold, d.min_scores) = (threshold, s.avg_threshold, s.min_scores);
         (d.score_ref, d.band_size, d.eager) = (s.score_ref, s.band_size, s.eager);
         (d.vad_mode, d.score_mode) = (vad, mode);
         config.filters.gain_normalizer.enabled = s.gain_normalizer;
@@ -527,7 +529,8 @@ fn the_detector_scores_exactly_as_rustpotter_does() {
         ),
     ];
     let word = || {
-        let mut word = WakewordRef::load_from_buffer(strawberry_spoke::wake::BUNDLED).unwrap();
+        let mut word =
+            WakewordRef::load_from_buffer(strawberry_spoke::wake::BUNDLED_REFERENCE).unwrap();
         // As WakeWord does: the configuration sets the thresholds, not the file.
         (word.threshold, word.avg_threshold) = (None, None);
         word
@@ -564,4 +567,116 @@ fn the_detector_scores_exactly_as_rustpotter_does() {
 /// Whole 30 ms frames of a clip (the rest is dropped).
 fn clips_frames(samples: &[f32]) -> impl Iterator<Item = &[f32]> {
     samples.chunks_exact(strawberry_spoke::wake::FRAME_SAMPLES)
+}
+
+/// The Rust network computes what the training script computed: the features and
+/// logits `src/wake/train-neural/calibrate.py` exported for a held-out clip with the
+/// bundled model (the clip is committed next to them).
+#[test]
+fn neural_word_computes_what_the_training_script_computed() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/wake");
+    let samples = read_16k(&dir.join("neural-check.wav"));
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("neural-check.json")).unwrap())
+            .unwrap();
+    let word = WakeWord::bundled_neural().unwrap();
+    let trace = word.trace(&samples).unwrap();
+    let features = expected["features"].as_array().unwrap();
+    assert_eq!(trace.features.len(), features.len());
+    let mut worst = 0f64;
+    for (got, want) in trace.features.iter().zip(features) {
+        for (g, w) in got.iter().zip(want.as_array().unwrap()) {
+            worst = worst.max((f64::from(*g) - w.as_f64().unwrap()).abs());
+        }
+    }
+    assert!(worst < 2e-3, "features differ by up to {worst}");
+    let first = expected["first_logit_frame"].as_u64().unwrap() as usize;
+    let logits = expected["logits"].as_array().unwrap();
+    assert_eq!(trace.logits.len(), first + logits.len());
+    let mut worst = 0f64;
+    for (g, w) in trace.logits[first..].iter().zip(logits) {
+        worst = worst.max((f64::from(*g) - w.as_f64().unwrap()).abs());
+    }
+    assert!(worst < 2e-3, "logits differ by up to {worst}");
+    // The clip holds the phrase: the check is not all zeros.
+    let best = logits
+        .iter()
+        .filter_map(|v| v.as_f64())
+        .fold(f64::MIN, f64::max);
+    assert!(best > 0.0, "best logit {best}");
+}
+
+#[test]
+fn both_bundled_words_load_and_sensitivity_orders_the_neural_thresholds() {
+    let reference = WakeWord::bundled_reference().unwrap();
+    let neural = WakeWord::bundled_neural().unwrap();
+    assert!(!reference.is_neural() && neural.is_neural());
+    assert_eq!(neural.name(), "hey strawberry");
+    let at = |s| {
+        neural.threshold(&Settings {
+            sensitivity: s,
+            ..Settings::default()
+        })
+    };
+    let (low, medium, high) = (
+        at(Sensitivity::Low),
+        at(Sensitivity::Medium),
+        at(Sensitivity::High),
+    );
+    assert!(high <= medium && medium <= low, "{high} {medium} {low}");
+    // An expert's threshold overrides the sensitivity, for both kinds of word.
+    let expert = Settings {
+        threshold: Some(0.42),
+        ..Settings::default()
+    };
+    assert_eq!(
+        (neural.threshold(&expert), reference.threshold(&expert)),
+        (0.42, 0.42)
+    );
+    // The neural file round-trips.
+    let back = WakeWord::from_bytes(&neural.to_bytes().unwrap(), "mem").unwrap();
+    assert!(back.is_neural() && back.longest_samples() == neural.longest_samples());
+}
+
+#[test]
+fn broken_neural_word_files_are_clear_errors() {
+    let good = strawberry_spoke::wake::BUNDLED_NEURAL;
+    let header_len = u32::from_le_bytes(good[8..12].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&good[12..12 + header_len]).unwrap();
+    let with_header = |h: &str| {
+        let mut b = good[..8].to_vec();
+        b.extend((h.len() as u32).to_le_bytes());
+        b.extend(h.as_bytes());
+        b.extend(&good[12 + header_len..]);
+        b
+    };
+    let mut nan = good.to_vec();
+    let last = nan.len() - 4;
+    nan[last..].copy_from_slice(&f32::NAN.to_le_bytes());
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (good[..good.len() / 2].to_vec(), "cut short"),
+        (good[..10].to_vec(), "truncated header"),
+        ([good, &[0u8; 4]].concat(), "after the last array"),
+        (nan, "non-finite"),
+        (
+            with_header(&header.replace("\"hop\": 160", "\"hop\": 128")),
+            "front end",
+        ),
+        (
+            with_header(&header.replace("\"version\": 1", "\"version\": 9")),
+            "version 9",
+        ),
+        (with_header("{\"format\": 1}"), "unreadable header"),
+    ];
+    for (bytes, says) in cases {
+        let err = WakeWord::from_bytes(&bytes, "x.wake").unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            matches!(err, WakeError::Neural { .. })
+                && msg.contains("x.wake")
+                && msg.contains(says)
+                && msg.contains("run.sh"),
+            "{says}: {msg}"
+        );
+    }
 }

@@ -187,10 +187,11 @@ pub(super) fn test(
     recordings: &[PathBuf],
     threshold: Option<f32>,
 ) -> Result<ExitCode> {
-    let loaded = if word == Path::new("bundled") {
-        WakeWord::bundled()
-    } else {
-        WakeWord::load(word)
+    let loaded = match word.to_str() {
+        Some("bundled") => WakeWord::bundled_of(config.wake.bundled),
+        Some("bundled-reference") => WakeWord::bundled_reference(),
+        Some("bundled-neural") => WakeWord::bundled_neural(),
+        _ => WakeWord::load(word),
     };
     let word = match loaded {
         Ok(w) => w,
@@ -200,8 +201,8 @@ pub(super) fn test(
         }
     };
     let mut settings = config.wake.settings();
-    if let Some(t) = threshold {
-        settings.threshold = t;
+    if threshold.is_some() {
+        settings.threshold = threshold;
     }
     if let Err(e) = settings.check() {
         eprintln!("error: {e}");
@@ -223,7 +224,7 @@ pub(super) fn test(
             format!(
                 "{}: no detection in {seconds:.2} s (threshold {:.2}); {}\n",
                 path.display(),
-                settings.threshold,
+                word.threshold(&settings),
                 closest(&settings, &word, &samples)?
             )
         } else {
@@ -231,7 +232,7 @@ pub(super) fn test(
                 "{}: {} detection(s) in {seconds:.2} s (threshold {:.2})\n",
                 path.display(),
                 detections.len(),
-                settings.threshold
+                word.threshold(&settings)
             )
         };
         for d in &detections {
@@ -270,7 +271,7 @@ fn run(settings: &Settings, word: &WakeWord, samples: &[f32]) -> Result<Vec<Dete
 /// become a candidate: how far the threshold is from hearing it.
 fn closest(settings: &Settings, word: &WakeWord, samples: &[f32]) -> Result<String> {
     let probe = Settings {
-        threshold: 0.0,
+        threshold: Some(0.0),
         avg_threshold: 0.0,
         min_scores: 1,
         vad: crate::wake::Vad::Off,

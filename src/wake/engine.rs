@@ -22,7 +22,9 @@ use std::sync::Arc;
 use rustfft::num_complex::Complex32;
 use rustfft::{Fft, FftPlanner};
 
-use super::{FRAME_SAMPLES, ScoreMode, Settings, Vad, WakeWord};
+use rustpotter::WakewordRef;
+
+use super::{FRAME_SAMPLES, ScoreMode, Settings, Vad};
 
 /// Samples between feature vectors (10 ms); three make a 30 ms analysis frame.
 const SHIFT: usize = 160;
@@ -304,9 +306,9 @@ pub(super) struct Engine {
 }
 
 impl Engine {
-    pub(super) fn new(settings: &Settings) -> Engine {
+    pub(super) fn new(settings: &Settings, threshold: f32) -> Engine {
         Engine {
-            threshold: settings.threshold,
+            threshold,
             avg_threshold: settings.avg_threshold,
             min_scores: settings.min_scores,
             eager: settings.eager,
@@ -337,9 +339,8 @@ impl Engine {
     }
 
     /// Adds a word, replacing one of the same name; all words need one feature size.
-    pub(super) fn add_word(&mut self, word: &WakeWord) -> Result<(), String> {
-        self.remove_word(word.name());
-        let w = &word.inner;
+    pub(super) fn add_word(&mut self, w: &WakewordRef) -> Result<(), String> {
+        self.remove_word(&w.name);
         let size = usize::from(w.mfcc_size);
         if self.words.is_empty() {
             self.size = size;

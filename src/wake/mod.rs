@@ -14,6 +14,11 @@
 //! cost (1.0% of one core with the bundled word on the development machine, against
 //! 3.5% through rustpotter's own detector; BENCHMARKS.md).
 //!
+//! Neural words (`neural.rs`, trained by `src/wake/train-neural/`) are the other kind:
+//! a small network trained on thousands of synthetic voices, for voices no recording
+//! resembles. `wake.bundled` chooses which bundled "hey strawberry" listens; both kinds
+//! sit behind the same [`Detector`].
+//!
 //! The detector takes 16 kHz mono f32 audio in chunks of any length (the audio module
 //! hands over whatever its callback produced) and buffers it to 30 ms frames. Each [`Detection`] says where in the stream the phrase was (sample offsets),
 //! not only that it was heard: the recorder needs to know where the command starts.
@@ -24,6 +29,7 @@
 //! before the pause never combines with audio after it.
 
 mod engine;
+mod neural;
 pub mod train;
 
 use std::path::{Path, PathBuf};
@@ -32,6 +38,7 @@ use rustpotter::{WakewordLoad, WakewordModel, WakewordRef, WakewordSave};
 use serde::{Deserialize, Serialize};
 
 use engine::Engine;
+pub use neural::Trace;
 
 use crate::stt::audio::AudioError;
 
@@ -45,9 +52,13 @@ pub const FRAME_SAMPLES: usize = 480;
 /// these.
 const SHIFT_SAMPLES: u64 = 160;
 
-/// The bundled wake word "hey strawberry", made from espeak-ng voices by
+/// The bundled reference word "hey strawberry", made from espeak-ng voices by
 /// `src/wake/make-hey-strawberry.sh` (see its header for how to regenerate it).
-pub const BUNDLED: &[u8] = include_bytes!("hey_strawberry.rpw");
+pub const BUNDLED_REFERENCE: &[u8] = include_bytes!("hey_strawberry.rpw");
+
+/// The bundled neural word "hey strawberry", trained by `src/wake/train-neural/run.sh`
+/// (see its header for how to regenerate it).
+pub const BUNDLED_NEURAL: &[u8] = include_bytes!("hey_strawberry.wake");
 
 /// The bundled word's phrase.
 pub const BUNDLED_NAME: &str = "hey strawberry";
@@ -78,6 +89,11 @@ pub enum WakeError {
         "{origin}: broken wake word file: {message}; make it again with `strawberry-spoke wakeword train`"
     )]
     Invalid { origin: String, message: String },
+    /// A neural wake word file that cannot work.
+    #[error(
+        "{origin}: broken neural wake word file: {message}; remove wake.file to use the bundled word, or make the file again with src/wake/train-neural/run.sh"
+    )]
+    Neural { origin: String, message: String },
     /// The wake word file could not be written.
     #[error("cannot write the wake word file {path}: {source}")]
     Write {
@@ -121,24 +137,60 @@ pub enum WakeError {
     Detector { name: String, message: String },
 }
 
-/// A reference wake word: a name and the feature sequences of its recordings.
+/// The two bundled "hey strawberry" words (`wake.bundled`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bundled {
+    /// Templates of ten espeak-ng voices (rustpotter's reference word).
+    #[default]
+    Reference,
+    /// The keyword spotter trained on synthetic voices (`src/wake/train-neural/`).
+    Neural,
+}
+
+/// A wake word: a reference word (a name and the feature sequences of its
+/// recordings, rustpotter's format) or a neural one (`neural.rs`).
 pub struct WakeWord {
-    inner: WakewordRef,
+    kind: Kind,
+}
+
+enum Kind {
+    Reference(WakewordRef),
+    Neural(std::sync::Arc<neural::Model>),
 }
 
 impl std::fmt::Debug for WakeWord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WakeWord")
             .field("name", &self.name())
+            .field("neural", &self.is_neural())
             .field("recordings", &self.recordings())
             .finish_non_exhaustive()
     }
 }
 
 impl WakeWord {
-    /// The bundled "hey strawberry".
+    /// The bundled "hey strawberry" (the default of the two).
     pub fn bundled() -> Result<WakeWord, WakeError> {
-        WakeWord::from_bytes(BUNDLED, "the bundled wake word")
+        WakeWord::bundled_of(Bundled::default())
+    }
+
+    /// One of the two bundled "hey strawberry" words.
+    pub fn bundled_of(which: Bundled) -> Result<WakeWord, WakeError> {
+        match which {
+            Bundled::Reference => WakeWord::bundled_reference(),
+            Bundled::Neural => WakeWord::bundled_neural(),
+        }
+    }
+
+    /// The bundled reference word (templates from ten espeak-ng voices).
+    pub fn bundled_reference() -> Result<WakeWord, WakeError> {
+        WakeWord::from_bytes(BUNDLED_REFERENCE, "the bundled reference wake word")
+    }
+
+    /// The bundled neural word.
+    pub fn bundled_neural() -> Result<WakeWord, WakeError> {
+        WakeWord::from_bytes(BUNDLED_NEURAL, "the bundled neural wake word")
     }
 
     /// Reads a wake word file (`.rpw`, as `wakeword train` or rustpotter's `build` make).
@@ -153,6 +205,16 @@ impl WakeWord {
 
     /// Parses a wake word; `origin` names where the bytes came from in errors.
     pub fn from_bytes(bytes: &[u8], origin: &str) -> Result<WakeWord, WakeError> {
+        if bytes.starts_with(neural::MAGIC) {
+            return neural::Model::parse(bytes)
+                .map(|m| WakeWord {
+                    kind: Kind::Neural(std::sync::Arc::new(m)),
+                })
+                .map_err(|message| WakeError::Neural {
+                    origin: origin.into(),
+                    message,
+                });
+        }
         match WakewordRef::load_from_buffer(bytes) {
             Ok(inner) => WakeWord::checked(inner, origin),
             Err(message) => {
@@ -214,7 +276,9 @@ impl WakeWord {
         // configuration is the one place sensitivity is set.
         inner.threshold = None;
         inner.avg_threshold = None;
-        Ok(WakeWord { inner })
+        Ok(WakeWord {
+            kind: Kind::Reference(inner),
+        })
     }
 
     pub(crate) fn from_ref(inner: WakewordRef, origin: &str) -> Result<WakeWord, WakeError> {
@@ -223,29 +287,67 @@ impl WakeWord {
 
     /// The phrase's name (e.g. "hey strawberry"); detections carry it.
     pub fn name(&self) -> &str {
-        &self.inner.name
+        match &self.kind {
+            Kind::Reference(r) => &r.name,
+            Kind::Neural(m) => m.name(),
+        }
     }
 
-    /// How many recordings the word was made from.
+    /// Whether this is a neural word (trained by `src/wake/train-neural/`) rather than
+    /// a reference word made from recordings.
+    pub fn is_neural(&self) -> bool {
+        matches!(self.kind, Kind::Neural(_))
+    }
+
+    /// How many recordings the word was made from (0 for a neural word).
     pub fn recordings(&self) -> usize {
-        self.inner.samples_features.len()
+        match &self.kind {
+            Kind::Reference(r) => r.samples_features.len(),
+            Kind::Neural(_) => 0,
+        }
     }
 
-    /// The longest recording's length, in samples at 16 kHz (what the detector keeps
-    /// in its window).
+    /// The longest stretch of audio one decision looks at, in samples at 16 kHz: the
+    /// longest recording of a reference word, the receptive field of a neural one.
     pub fn longest_samples(&self) -> u64 {
-        let frames = self.inner.samples_features.values().map(Vec::len).max();
-        frames.unwrap_or(0) as u64 * SHIFT_SAMPLES
+        match &self.kind {
+            Kind::Reference(r) => {
+                let frames = r.samples_features.values().map(Vec::len).max();
+                frames.unwrap_or(0) as u64 * SHIFT_SAMPLES
+            }
+            Kind::Neural(m) => m.receptive_samples(),
+        }
+    }
+
+    /// The threshold this word uses with these settings: `threshold` when set, else
+    /// the sensitivity's (measured per model for a neural word).
+    pub fn threshold(&self, settings: &Settings) -> f32 {
+        match (&self.kind, settings.threshold) {
+            (_, Some(t)) => t,
+            (Kind::Reference(_), None) => settings.sensitivity.reference_threshold(),
+            (Kind::Neural(m), None) => m.threshold(settings.sensitivity),
+        }
+    }
+
+    /// A neural word's log-mel features and score logits, frame by frame, over a clip
+    /// heard from a fresh start (`None` for a reference word). For checking the Rust
+    /// network against the training script's, and for evaluations.
+    pub fn trace(&self, samples: &[f32]) -> Option<Trace> {
+        match &self.kind {
+            Kind::Reference(_) => None,
+            Kind::Neural(m) => Some(neural::Runner::new(m.clone(), 1.0, 0).trace(samples)),
+        }
     }
 
     /// The file's bytes.
     pub fn to_bytes(&self) -> Result<Vec<u8>, WakeError> {
-        self.inner
-            .save_to_buffer()
-            .map_err(|message| WakeError::Invalid {
+        match &self.kind {
+            Kind::Reference(r) => r.save_to_buffer().map_err(|message| WakeError::Invalid {
                 origin: format!("wake word {:?}", self.name()),
                 message,
-            })
+            }),
+            Kind::Neural(m) => Ok(m.bytes().to_vec()),
+        }
     }
 
     /// Writes the word to `path` (atomically: a half-written file never replaces a
@@ -301,11 +403,40 @@ pub enum Vad {
     Hard,
 }
 
+/// How eagerly the word is heard, for people rather than experts: each level is an
+/// operating point (false wakes per hour against detection) measured for the bundled
+/// word; `threshold` overrides it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sensitivity {
+    /// Fewest false wakes; the phrase may need saying clearly.
+    Low,
+    #[default]
+    Medium,
+    /// Hears more (quieter, farther, noisier), wakes by mistake more often.
+    High,
+}
+
+impl Sensitivity {
+    /// For reference words: today's threshold at medium, 0.04 either side (not measured
+    /// per word: a word made from someone's recordings has no held-out voices).
+    fn reference_threshold(self) -> f32 {
+        match self {
+            Sensitivity::Low => 0.60,
+            Sensitivity::Medium => 0.56,
+            Sensitivity::High => 0.52,
+        }
+    }
+}
+
 /// Detector settings (`[wake]` in the config).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
-    /// Score (0-1) a stretch of audio needs against the recordings to count.
-    pub threshold: f32,
+    /// How eagerly words are heard when `threshold` is not set.
+    pub sensitivity: Sensitivity,
+    /// Score (0-1) a stretch of audio needs to count, for experts: overrides
+    /// `sensitivity` for every word.
+    pub threshold: Option<f32>,
     /// Score against the averaged recording below which a frame is not compared with
     /// each recording (saves CPU; 0 disables the gate).
     pub avg_threshold: f32,
@@ -330,10 +461,12 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            // Tuned on espeak-ng voices (tests/wake.rs): unseen voices scored 0.59-0.71,
-            // the best stretch of 12 minutes of other speech 0.58 with too few frames
-            // over this to fire. rustpotter's own default, 0.5, woke ~2 times a minute.
-            threshold: 0.56,
+            // For reference words medium is 0.56, tuned on espeak-ng voices
+            // (tests/wake.rs): unseen voices scored 0.59-0.71, the best stretch of 12
+            // minutes of other speech 0.58 with too few frames over this to fire.
+            // rustpotter's own default, 0.5, woke ~2 times a minute.
+            sensitivity: Sensitivity::Medium,
+            threshold: None,
             avg_threshold: 0.2,
             min_scores: 5,
             score_mode: ScoreMode::Max,
@@ -359,7 +492,9 @@ impl Settings {
                 })
             }
         };
-        unit("threshold", self.threshold)?;
+        if let Some(t) = self.threshold {
+            unit("threshold", t)?;
+        }
         unit("avg_threshold", self.avg_threshold)?;
         if !(self.score_ref.is_finite() && self.score_ref > 0.0) {
             return Err(WakeError::Setting {
@@ -432,7 +567,11 @@ struct Partial {
 
 /// Listens for one or more wake words in a 16 kHz mono stream.
 pub struct Detector {
+    settings: Settings,
+    /// The reference words.
     engine: Engine,
+    /// The neural words.
+    runners: Vec<neural::Runner>,
     /// Names of the words listened for.
     words: Vec<String>,
     /// Samples not yet making a whole frame.
@@ -441,7 +580,8 @@ pub struct Detector {
     pending_at: u64,
     /// The current candidate, while the engine waits to see if a better one follows.
     partial: Option<Partial>,
-    /// The best candidate ever seen (for `wakeword test`'s "closest miss").
+    /// The best reference-word candidate ever seen (for `wakeword test`'s "closest
+    /// miss").
     peak: Option<(f32, u64)>,
 }
 
@@ -458,8 +598,13 @@ impl Detector {
     /// A detector with no words yet.
     pub fn new(settings: &Settings) -> Result<Detector, WakeError> {
         settings.check()?;
+        let reference_threshold = settings
+            .threshold
+            .unwrap_or_else(|| settings.sensitivity.reference_threshold());
         Ok(Detector {
-            engine: Engine::new(settings),
+            settings: settings.clone(),
+            engine: Engine::new(settings, reference_threshold),
+            runners: Vec::new(),
             words: Vec::new(),
             pending: Vec::with_capacity(FRAME_SAMPLES),
             pending_at: 0,
@@ -475,16 +620,26 @@ impl Detector {
         Ok(detector)
     }
 
-    /// Adds a word (replacing one of the same name). Words must share a feature size.
+    /// Adds a word (replacing one of the same name). Reference words must share a
+    /// feature size.
     pub fn add_word(&mut self, word: &WakeWord) -> Result<(), WakeError> {
         let name = word.name().to_string();
         self.remove_word(&name);
-        self.engine
-            .add_word(word)
-            .map_err(|message| WakeError::Detector {
-                name: name.clone(),
-                message,
-            })?;
+        match &word.kind {
+            Kind::Reference(r) => {
+                self.engine
+                    .add_word(r)
+                    .map_err(|message| WakeError::Detector {
+                        name: name.clone(),
+                        message,
+                    })?
+            }
+            Kind::Neural(m) => self.runners.push(neural::Runner::new(
+                m.clone(),
+                word.threshold(&self.settings),
+                self.pending_at,
+            )),
+        }
         self.words.push(name);
         self.partial = None;
         Ok(())
@@ -494,7 +649,24 @@ impl Detector {
     pub fn remove_word(&mut self, name: &str) -> bool {
         self.words.retain(|w| w != name);
         self.partial = None;
-        self.engine.remove_word(name)
+        let runners = self.runners.len();
+        self.runners.retain(|r| r.name() != name);
+        self.engine.remove_word(name) || runners != self.runners.len()
+    }
+
+    /// The threshold each word listens with (`sensitivity` resolved per word).
+    pub fn thresholds(&self) -> Vec<(String, f32)> {
+        let reference = self
+            .settings
+            .threshold
+            .unwrap_or_else(|| self.settings.sensitivity.reference_threshold());
+        self.words
+            .iter()
+            .map(|w| {
+                let t = self.runners.iter().find(|r| r.name() == w);
+                (w.clone(), t.map_or(reference, |r| r.threshold()))
+            })
+            .collect()
     }
 
     /// Forgets the audio heard so far (half-matched phrases included), e.g. after the
@@ -504,6 +676,9 @@ impl Detector {
         self.pending_at += self.pending.len() as u64;
         self.pending.clear();
         self.partial = None;
+        for r in &mut self.runners {
+            r.reset(self.pending_at);
+        }
     }
 
     /// Samples given to [`Detector::process`] so far.
@@ -512,9 +687,14 @@ impl Detector {
     }
 
     /// The highest score a candidate reached so far and where its stretch ended
-    /// (scores under the threshold never become candidates).
+    /// (reference-word scores under the threshold never become candidates; a neural
+    /// word scores every 10 ms).
     pub fn peak(&self) -> Option<(f32, u64)> {
-        self.peak
+        self.runners
+            .iter()
+            .filter_map(neural::Runner::peak)
+            .chain(self.peak)
+            .max_by(|a, b| a.0.total_cmp(&b.0))
     }
 
     /// Feeds audio (16 kHz mono, any chunk length) and returns what was detected in it.
@@ -534,6 +714,10 @@ impl Detector {
             rest = &rest[take..];
             if self.pending.len() == FRAME_SAMPLES {
                 self.pending_at += FRAME_SAMPLES as u64;
+                // Neural words first: the reference engine may scale the frame in place.
+                for r in &mut self.runners {
+                    found.extend(r.process(&self.pending));
+                }
                 if let Some(d) = self.process_frame() {
                     found.push(d);
                 }
@@ -543,7 +727,8 @@ impl Detector {
         found
     }
 
-    /// Scores the whole frame in `pending`, which ends at `pending_at`.
+    /// Scores the whole frame in `pending`, which ends at `pending_at`, against the
+    /// reference words.
     fn process_frame(&mut self) -> Option<Detection> {
         let now = self.pending_at;
         if let Some(d) = self.engine.process_frame(&mut self.pending) {

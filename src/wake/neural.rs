@@ -1,0 +1,611 @@
+//! Neural wake words: a small keyword spotter trained on many synthetic voices and rooms
+//! (`src/wake/train-neural/`), run here frame by frame.
+//!
+//! Why a network next to the reference words: a reference word matches voices like the
+//! ones it was recorded from, and people differ from any handful of recordings more than
+//! recordings differ from each other (issue 25: the bundled reference word heard 5 of 16
+//! unseen synthetic voices in a quiet room). A network trained on thousands of voices,
+//! rooms and noises generalises from data instead.
+//!
+//! The model is a causal temporal convolution over log-mel frames (40 bins, 25 ms
+//! windows every 10 ms): one full convolution, then residual blocks of depthwise
+//! dilated convolutions with pointwise mixing, one score per frame. Causal and dilated,
+//! it streams: each 10 ms costs one column per layer, with a few past columns kept per
+//! layer (its dilation's worth), and gives what the training script computes over a
+//! whole clip, up to float rounding (`tests/wake.rs` compares the two on a fixed clip).
+//!
+//! The file: the 8 bytes `SSWAKENN`, a little-endian u32 header length, a JSON header
+//! (front end, shapes, measured operating points), then the f32 arrays it lists.
+
+use std::sync::Arc;
+
+use rustfft::num_complex::Complex32;
+use rustfft::{Fft, FftPlanner};
+use serde::Deserialize;
+
+use super::{Detection, Sensitivity};
+
+/// How a neural wake word file starts.
+pub(super) const MAGIC: &[u8; 8] = b"SSWAKENN";
+
+/// Bounds on what a file may ask for: a wake word is small, and the audio path must not
+/// be made to allocate or compute without limit by a file.
+const MAX_FILE_BYTES: usize = 8 << 20;
+const MAX_HEADER_BYTES: usize = 64 << 10;
+const MAX_CHANNELS: usize = 512;
+const MAX_LAYERS: usize = 16;
+const MAX_DILATION: usize = 256;
+
+/// The front end this code implements; a file must ask for exactly it.
+const SAMPLE_RATE: u32 = 16_000;
+const WIN: usize = 400;
+const HOP: usize = 160;
+const NFFT: usize = 512;
+
+/// Consecutive frames over the threshold before a detection fires (the operating points
+/// in the file were measured with this).
+const MIN_FRAMES: usize = 2;
+/// Frames under the threshold before the word can fire again (one utterance, one
+/// detection).
+const REARM_FRAMES: usize = 50;
+
+#[derive(Debug, Deserialize)]
+struct Header {
+    format: String,
+    version: u32,
+    name: String,
+    sample_rate: u32,
+    win: usize,
+    hop: usize,
+    nfft: usize,
+    n_mels: usize,
+    fmin: f64,
+    fmax: f64,
+    log_eps: f32,
+    channels: usize,
+    dilations: Vec<usize>,
+    arrays: Vec<(String, Vec<usize>)>,
+    operating_points: OperatingPoints,
+    /// How long after the phrase's end the score typically first crosses the threshold.
+    end_offset_ms: u32,
+    /// A typical phrase's length (where `start` is placed).
+    phrase_ms: u32,
+}
+
+/// Thresholds measured for each sensitivity (false wakes per hour against detection,
+/// on the training pipeline's dev voices).
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct OperatingPoints {
+    pub low: f32,
+    pub medium: f32,
+    pub high: f32,
+}
+
+struct Block {
+    dilation: usize,
+    /// [3][channels]: oldest (t - 2d) first.
+    depthwise: Vec<f32>,
+    depthwise_bias: Vec<f32>,
+    /// [channels in][channels out].
+    pointwise: Vec<f32>,
+    pointwise_bias: Vec<f32>,
+}
+
+/// A parsed neural wake word.
+pub struct Model {
+    name: String,
+    bytes: Vec<u8>,
+    n_mels: usize,
+    channels: usize,
+    log_eps: f32,
+    /// Per mel bin: the first FFT bin with weight and the weights.
+    mel: Vec<(usize, Vec<f32>)>,
+    hann: Vec<f32>,
+    mean: Vec<f32>,
+    std: Vec<f32>,
+    /// [3][n_mels][channels]: oldest frame first.
+    w0: Vec<f32>,
+    b0: Vec<f32>,
+    blocks: Vec<Block>,
+    head: Vec<f32>,
+    head_bias: f32,
+    points: OperatingPoints,
+    end_offset: u64,
+    phrase: u64,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("name", &self.name)
+            .field("channels", &self.channels)
+            .field("blocks", &self.blocks.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Model {
+    /// Parses a model file; the error says what is wrong with it.
+    pub(super) fn parse(bytes: &[u8]) -> Result<Model, String> {
+        if bytes.len() > MAX_FILE_BYTES {
+            return Err(format!(
+                "{} bytes, more than a wake word's {MAX_FILE_BYTES}",
+                bytes.len()
+            ));
+        }
+        let rest = bytes
+            .strip_prefix(MAGIC.as_slice())
+            .ok_or("not a neural wake word")?;
+        let (len, rest) = rest.split_at_checked(4).ok_or("truncated header")?;
+        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        if len > MAX_HEADER_BYTES {
+            return Err(format!(
+                "a header of {len} bytes (at most {MAX_HEADER_BYTES})"
+            ));
+        }
+        let (header, mut data) = rest.split_at_checked(len).ok_or("truncated header")?;
+        let h: Header =
+            serde_json::from_slice(header).map_err(|e| format!("unreadable header: {e}"))?;
+        if h.format != "strawberry-wake-tcn" || h.version != 1 {
+            return Err(format!(
+                "model format {:?} version {}, this build reads strawberry-wake-tcn version 1",
+                h.format, h.version
+            ));
+        }
+        if (h.sample_rate, h.win, h.hop, h.nfft) != (SAMPLE_RATE, WIN, HOP, NFFT) {
+            return Err(format!(
+                "front end {} Hz, window {}, hop {}, FFT {}; this build computes 16000 Hz, 400, 160, 512",
+                h.sample_rate, h.win, h.hop, h.nfft
+            ));
+        }
+        let bins = NFFT / 2 + 1;
+        if !(1..=128).contains(&h.n_mels)
+            || !(0.0..h.fmax).contains(&h.fmin)
+            || h.fmax > f64::from(SAMPLE_RATE) / 2.0
+            || !(h.log_eps > 0.0 && h.log_eps.is_finite())
+        {
+            return Err("mel settings out of range".into());
+        }
+        if !(1..=MAX_CHANNELS).contains(&h.channels)
+            || h.dilations.len() > MAX_LAYERS
+            || h.dilations.iter().any(|d| !(1..=MAX_DILATION).contains(d))
+        {
+            return Err("network shape out of range".into());
+        }
+        let points = h.operating_points;
+        for p in [points.low, points.medium, points.high] {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("operating point {p} is not in 0-1"));
+            }
+        }
+        let (c, m) = (h.channels, h.n_mels);
+        let mut expected: Vec<(String, Vec<usize>)> = vec![
+            ("mean".into(), vec![m]),
+            ("std".into(), vec![m]),
+            ("b0".into(), vec![c]),
+            ("bh".into(), vec![1]),
+        ];
+        let layers = h.dilations.len();
+        for (prefix, shape) in [
+            ("db", vec![c]),
+            ("dw", vec![3, c]),
+            ("pb", vec![c]),
+            ("pw", vec![c, c]),
+        ] {
+            for i in 0..layers {
+                expected.push((format!("{prefix}{i}"), shape.clone()));
+            }
+        }
+        expected.push(("w0".into(), vec![3, m, c]));
+        expected.push(("wh".into(), vec![c]));
+        let mut sorted = expected.clone();
+        sorted.sort();
+        let mut listed = h.arrays.clone();
+        listed.sort();
+        if listed != sorted {
+            return Err(format!(
+                "arrays {:?}, expected {:?}",
+                h.arrays.iter().map(|a| &a.0).collect::<Vec<_>>(),
+                sorted.iter().map(|a| &a.0).collect::<Vec<_>>()
+            ));
+        }
+        let mut arrays = std::collections::HashMap::new();
+        for (name, shape) in &h.arrays {
+            let n: usize = shape.iter().product();
+            let (raw, rest) = data
+                .split_at_checked(n * 4)
+                .ok_or_else(|| format!("array {name} is cut short"))?;
+            data = rest;
+            let values: Vec<f32> = raw
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            if values.iter().any(|v| !v.is_finite()) {
+                return Err(format!("array {name} holds non-finite values"));
+            }
+            arrays.insert(name.clone(), values);
+        }
+        if !data.is_empty() {
+            return Err(format!("{} bytes after the last array", data.len()));
+        }
+        let mut take = |name: &str| arrays.remove(name).unwrap_or_default();
+        let std = take("std");
+        if std.iter().any(|&s| s <= 0.0) {
+            return Err("a normalisation scale is not positive".into());
+        }
+        let blocks = h
+            .dilations
+            .iter()
+            .enumerate()
+            .map(|(i, &dilation)| Block {
+                dilation,
+                depthwise: take(&format!("dw{i}")),
+                depthwise_bias: take(&format!("db{i}")),
+                pointwise: take(&format!("pw{i}")),
+                pointwise_bias: take(&format!("pb{i}")),
+            })
+            .collect();
+        let head_bias = take("bh")[0];
+        Ok(Model {
+            name: h.name,
+            bytes: bytes.to_vec(),
+            n_mels: m,
+            channels: c,
+            log_eps: h.log_eps,
+            mel: mel_filters(m, bins, h.fmin, h.fmax),
+            hann: (0..WIN)
+                .map(|i| {
+                    (0.5 - 0.5 * (2.0 * std::f64::consts::PI * i as f64 / WIN as f64).cos()) as f32
+                })
+                .collect(),
+            mean: take("mean"),
+            std,
+            w0: take("w0"),
+            b0: take("b0"),
+            blocks,
+            head: take("wh"),
+            head_bias,
+            points,
+            end_offset: u64::from(h.end_offset_ms) * u64::from(SAMPLE_RATE) / 1000,
+            phrase: u64::from(h.phrase_ms) * u64::from(SAMPLE_RATE) / 1000,
+        })
+    }
+
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(super) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The threshold a sensitivity stands for.
+    pub(super) fn threshold(&self, sensitivity: Sensitivity) -> f32 {
+        match sensitivity {
+            Sensitivity::Low => self.points.low,
+            Sensitivity::Medium => self.points.medium,
+            Sensitivity::High => self.points.high,
+        }
+    }
+
+    /// The audio one score depends on, in samples.
+    pub(super) fn receptive_samples(&self) -> u64 {
+        let frames = 3 + 2 * self.blocks.iter().map(|b| b.dilation).sum::<usize>();
+        ((frames - 1) * HOP + WIN) as u64
+    }
+}
+
+/// HTK-style triangles, as the training script makes them (computed in f64, kept in
+/// f32), stored as each bin's non-zero span.
+fn mel_filters(count: usize, bins: usize, fmin: f64, fmax: f64) -> Vec<(usize, Vec<f32>)> {
+    let to_mel = |f: f64| 2595.0 * (1.0 + f / 700.0).log10();
+    let to_hz = |m: f64| 700.0 * (10f64.powf(m / 2595.0) - 1.0);
+    let (lo, hi) = (to_mel(fmin), to_mel(fmax));
+    let hz: Vec<f64> = (0..count + 2)
+        .map(|i| to_hz(lo + (hi - lo) * i as f64 / (count + 1) as f64))
+        .collect();
+    (0..count)
+        .map(|m| {
+            let weights: Vec<f32> = (0..bins)
+                .map(|b| {
+                    let f = b as f64 * f64::from(SAMPLE_RATE) / NFFT as f64;
+                    let up = (f - hz[m]) / (hz[m + 1] - hz[m]);
+                    let down = (hz[m + 2] - f) / (hz[m + 2] - hz[m + 1]);
+                    up.min(down).max(0.0) as f32
+                })
+                .collect();
+            let first = weights.iter().position(|&w| w > 0.0).unwrap_or(0);
+            let last = weights.iter().rposition(|&w| w > 0.0).unwrap_or(0);
+            (first, weights[first..=last.max(first)].to_vec())
+        })
+        .collect()
+}
+
+/// The last `slots` columns of a layer's input, newest last.
+struct History {
+    width: usize,
+    slots: usize,
+    buf: Vec<f32>,
+    /// Index of the oldest slot.
+    head: usize,
+}
+
+impl History {
+    fn new(width: usize, slots: usize) -> History {
+        History {
+            width,
+            slots,
+            buf: vec![0.0; width * slots],
+            head: 0,
+        }
+    }
+
+    fn push(&mut self, column: &[f32]) {
+        let at = self.head * self.width;
+        self.buf[at..at + self.width].copy_from_slice(column);
+        self.head = (self.head + 1) % self.slots;
+    }
+
+    /// The column `ago` steps before the newest.
+    fn ago(&self, ago: usize) -> &[f32] {
+        let i = (self.head + self.slots - 1 - ago) % self.slots;
+        &self.buf[i * self.width..(i + 1) * self.width]
+    }
+
+    fn clear(&mut self) {
+        self.buf.fill(0.0);
+        self.head = 0;
+    }
+}
+
+/// A clip's log-mel frames (40 values each) and the network's logit after each
+/// (sigmoid of it: the score).
+#[derive(Debug, Default, Clone)]
+pub struct Trace {
+    pub features: Vec<Vec<f32>>,
+    pub logits: Vec<f32>,
+}
+
+/// One neural word listening to the stream.
+pub(super) struct Runner {
+    model: Arc<Model>,
+    threshold: f32,
+    fft: Arc<dyn Fft<f32>>,
+    spectrum: Vec<Complex32>,
+    scratch: Vec<Complex32>,
+    /// Samples not yet consumed by a whole window.
+    audio: Vec<f32>,
+    /// Stream position of `audio[0]`.
+    audio_at: u64,
+    input: History,
+    hidden: Vec<History>,
+    /// The current frame's log-mel energies, and normalised.
+    log_mel: Vec<f32>,
+    normalised: Vec<f32>,
+    column: Vec<f32>,
+    next: Vec<f32>,
+    mixed: Vec<f32>,
+    /// Consecutive frames over the threshold, their best score and where the first
+    /// ended.
+    over: usize,
+    best: f32,
+    first_end: u64,
+    /// Frames under the threshold since the last detection (`None`: armed).
+    rearm: Option<usize>,
+    peak: Option<(f32, u64)>,
+}
+
+impl Runner {
+    pub(super) fn new(model: Arc<Model>, threshold: f32, position: u64) -> Runner {
+        let fft = FftPlanner::new().plan_fft_forward(NFFT);
+        let scratch = vec![Complex32::default(); fft.get_inplace_scratch_len()];
+        let c = model.channels;
+        let hidden = model
+            .blocks
+            .iter()
+            .map(|b| History::new(c, 2 * b.dilation + 1))
+            .collect();
+        Runner {
+            input: History::new(model.n_mels, 3),
+            hidden,
+            fft,
+            spectrum: vec![Complex32::default(); NFFT],
+            scratch,
+            audio: Vec::with_capacity(WIN + 512),
+            audio_at: position,
+            log_mel: vec![0.0; model.n_mels],
+            normalised: vec![0.0; model.n_mels],
+            column: vec![0.0; c],
+            next: vec![0.0; c],
+            mixed: vec![0.0; c],
+            over: 0,
+            best: 0.0,
+            first_end: 0,
+            rearm: None,
+            peak: None,
+            threshold,
+            model,
+        }
+    }
+
+    pub(super) fn name(&self) -> &str {
+        &self.model.name
+    }
+
+    pub(super) fn threshold(&self) -> f32 {
+        self.threshold
+    }
+
+    pub(super) fn peak(&self) -> Option<(f32, u64)> {
+        self.peak
+    }
+
+    /// Forgets the audio heard so far; `position` is where the stream goes on from.
+    pub(super) fn reset(&mut self, position: u64) {
+        self.audio.clear();
+        self.audio_at = position;
+        self.input.clear();
+        for h in &mut self.hidden {
+            h.clear();
+        }
+        self.over = 0;
+        self.rearm = None;
+    }
+
+    /// Takes samples that follow the ones before (already clamped to -1..1) and returns
+    /// a detection when the word fired.
+    pub(super) fn process(&mut self, samples: &[f32]) -> Option<Detection> {
+        self.audio.extend_from_slice(samples);
+        let mut found = None;
+        let mut used = 0;
+        while self.audio.len() - used >= WIN {
+            let end = self.audio_at + (used + WIN) as u64;
+            let logit = self.frame(used);
+            used += HOP;
+            let score = sigmoid(logit);
+            if let Some(d) = self.decide(score, end) {
+                found.get_or_insert(d);
+            }
+        }
+        self.audio.drain(..used);
+        self.audio_at += used as u64;
+        found
+    }
+
+    /// Every frame's log-mel features and score logit for a clip, from a fresh start
+    /// (what the training script exports for the exactness test and the evaluation).
+    pub(super) fn trace(&mut self, samples: &[f32]) -> Trace {
+        let mut trace = Trace::default();
+        self.audio
+            .extend(samples.iter().map(|s| s.clamp(-1.0, 1.0)));
+        let mut used = 0;
+        while self.audio.len() - used >= WIN {
+            let logit = self.frame(used);
+            used += HOP;
+            trace.features.push(self.log_mel.clone());
+            trace.logits.push(logit);
+        }
+        self.audio.drain(..used);
+        self.audio_at += used as u64;
+        trace
+    }
+
+    fn decide(&mut self, score: f32, end: u64) -> Option<Detection> {
+        let phrase_end = end.saturating_sub(self.model.end_offset);
+        if self.peak.is_none_or(|(s, _)| score > s) {
+            self.peak = Some((score, phrase_end));
+        }
+        let over = score >= self.threshold;
+        if let Some(under) = self.rearm.as_mut() {
+            *under = if over { 0 } else { *under + 1 };
+            if *under >= REARM_FRAMES {
+                self.rearm = None;
+            }
+            return None;
+        }
+        if !over {
+            self.over = 0;
+            return None;
+        }
+        if self.over == 0 {
+            self.first_end = phrase_end;
+            self.best = 0.0;
+        }
+        self.over += 1;
+        self.best = self.best.max(score);
+        if self.over < MIN_FRAMES {
+            return None;
+        }
+        let frames = self.over;
+        self.over = 0;
+        self.rearm = Some(0);
+        Some(Detection {
+            name: self.model.name.clone(),
+            score: self.best,
+            avg_score: self.best,
+            start: self.first_end.saturating_sub(self.model.phrase),
+            end: self.first_end,
+            fired_at: end,
+            frames,
+            proximity_db: 0.0,
+        })
+    }
+
+    /// Runs the window starting at `audio[at]` through the front end and the network;
+    /// returns the frame's logit.
+    fn frame(&mut self, at: usize) -> f32 {
+        let m = &*self.model;
+        for (i, slot) in self.spectrum.iter_mut().enumerate() {
+            *slot = if i < WIN {
+                Complex32::new(self.audio[at + i] * m.hann[i], 0.0)
+            } else {
+                Complex32::default()
+            };
+        }
+        self.fft
+            .process_with_scratch(&mut self.spectrum, &mut self.scratch);
+        for (k, (first, weights)) in m.mel.iter().enumerate() {
+            let energy: f32 = weights
+                .iter()
+                .zip(&self.spectrum[*first..])
+                .map(|(w, c)| w * (c.re * c.re + c.im * c.im))
+                .sum();
+            self.log_mel[k] = (energy + m.log_eps).ln();
+            self.normalised[k] = (self.log_mel[k] - m.mean[k]) / m.std[k];
+        }
+        self.input.push(&self.normalised);
+        let c = m.channels;
+        // The full convolution over the last three feature frames.
+        self.column.copy_from_slice(&m.b0);
+        for k in 0..3 {
+            let x = self.input.ago(2 - k);
+            let w = &m.w0[k * m.n_mels * c..(k + 1) * m.n_mels * c];
+            for (i, &xv) in x.iter().enumerate() {
+                for (o, &wv) in self.column.iter_mut().zip(&w[i * c..(i + 1) * c]) {
+                    *o += xv * wv;
+                }
+            }
+        }
+        relu(&mut self.column);
+        for (b, hist) in m.blocks.iter().zip(&mut self.hidden) {
+            hist.push(&self.column);
+            let d = b.dilation;
+            let (oldest, middle, newest) = (hist.ago(2 * d), hist.ago(d), hist.ago(0));
+            for ch in 0..c {
+                let z = oldest[ch] * b.depthwise[ch]
+                    + middle[ch] * b.depthwise[c + ch]
+                    + newest[ch] * b.depthwise[2 * c + ch]
+                    + b.depthwise_bias[ch];
+                self.mixed[ch] = z.max(0.0);
+            }
+            self.next.copy_from_slice(&b.pointwise_bias);
+            for (i, &a) in self.mixed.iter().enumerate() {
+                if a == 0.0 {
+                    continue;
+                }
+                for (o, &wv) in self.next.iter_mut().zip(&b.pointwise[i * c..(i + 1) * c]) {
+                    *o += a * wv;
+                }
+            }
+            for ((o, &n), &x) in self.column.iter_mut().zip(&self.next).zip(newest) {
+                *o = (x + n).max(0.0);
+            }
+        }
+        self.column
+            .iter()
+            .zip(&m.head)
+            .map(|(a, w)| a * w)
+            .sum::<f32>()
+            + m.head_bias
+    }
+}
+
+fn relu(v: &mut [f32]) {
+    for x in v {
+        *x = x.max(0.0);
+    }
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}

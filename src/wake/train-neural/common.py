@@ -1,0 +1,137 @@
+"""Shared pieces of the neural wake word pipeline: paths, the feature front end (which
+src/wake/neural.rs reproduces; tests/wake.rs compares the two on a fixed clip), and the
+voice lists with their train / dev / test split.
+"""
+
+import os
+import re
+
+import numpy as np
+
+SR = 16000
+WIN = 400  # 25 ms analysis window
+HOP = 160  # 10 ms between feature frames
+NFFT = 512
+NMELS = 40
+FMIN = 60.0
+FMAX = 7600.0
+LOG_EPS = 1e-6
+
+CACHE = os.environ.get(
+    "WAKE_CACHE", os.path.expanduser("~/.cache/strawberry/wake/neural")
+)
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+
+
+def hz_to_mel(f):
+    return 2595.0 * np.log10(1.0 + f / 700.0)
+
+
+def mel_to_hz(m):
+    return 700.0 * (10.0 ** (m / 2595.0) - 1.0)
+
+
+def mel_filterbank():
+    """HTK-style triangles over the power spectrum; computed in f64, used in f32."""
+    mels = np.linspace(hz_to_mel(FMIN), hz_to_mel(FMAX), NMELS + 2)
+    hz = mel_to_hz(mels)
+    bins = np.arange(NFFT // 2 + 1) * SR / NFFT
+    fb = np.zeros((NMELS, NFFT // 2 + 1))
+    for m in range(NMELS):
+        lo, c, hi = hz[m], hz[m + 1], hz[m + 2]
+        up = (bins - lo) / (c - lo)
+        down = (hi - bins) / (hi - c)
+        fb[m] = np.maximum(0.0, np.minimum(up, down))
+    return fb.astype(np.float32)
+
+
+_FB = mel_filterbank()
+_HANN = (0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(WIN) / WIN)).astype(np.float32)
+
+
+def features(x):
+    """Log-mel frames of a 16 kHz mono float clip: frame t covers samples
+    [t*HOP, t*HOP+WIN). Returns [frames, NMELS] float32."""
+    x = np.asarray(x, dtype=np.float32)
+    n = 1 + (len(x) - WIN) // HOP if len(x) >= WIN else 0
+    if n == 0:
+        return np.zeros((0, NMELS), np.float32)
+    idx = np.arange(WIN)[None, :] + HOP * np.arange(n)[:, None]
+    frames = x[idx] * _HANN[None, :]
+    spec = np.fft.rfft(frames, n=NFFT, axis=1)
+    power = (spec.real.astype(np.float32) ** 2 + spec.imag.astype(np.float32) ** 2)
+    mel = power @ _FB.T
+    return np.log(mel + np.float32(LOG_EPS)).astype(np.float32)
+
+
+# ---------------------------------------------------------------- voices and splits
+
+# espeak-ng's English voices and, speaking English with their own accent, voices of
+# other languages written in the Latin alphabet.
+ESPEAK_NG_EN = [
+    "en-gb", "en-us", "en-gb-x-gbclan", "en-gb-x-rp", "en-gb-x-gbcwmd", "en-029",
+    "en-gb-scotland", "en-us-nyc",
+]
+ESPEAK_NG_OTHER = [
+    "de", "fr-fr", "es", "it", "nl", "pl", "pt", "sv", "da", "nb", "fi", "cs", "hu",
+    "ro", "af", "id", "sw", "tr", "hr", "sk",
+]
+ESPEAK_OLD = ["en", "en-us", "en-n", "en-rp", "en-wm", "en-wi", "en-sc"]
+
+# Held out for the test set, never trained on or tuned with: the whole festival
+# engine, flite's rms, espeak-ng's Scottish and New York voices, espeak's Scottish one,
+# and these variants in every language (they include every voice tests/wake.rs uses).
+TEST_LANGS = {"en-gb-scotland", "en-us-nyc", "en-sc"}
+TEST_VARIANTS = {"m7", "f3", "m1", "m4", "Annie", "Andy", "grandma", "Lee", "whisperf"}
+TEST_FLITE = {"rms"}
+# The dev split (choosing the epoch and operating points): these variants.
+DEV_VARIANTS = {"m2", "f4", "klatt3", "Alicia", "steph2", "Denis", "anika"}
+
+
+def espeak_ng_variants():
+    for d in ["/usr/lib/x86_64-linux-gnu/espeak-ng-data/voices/!v",
+              "/usr/lib/aarch64-linux-gnu/espeak-ng-data/voices/!v",
+              "/usr/share/espeak-ng-data/voices/!v"]:
+        if os.path.isdir(d):
+            return sorted(v for v in os.listdir(d) if re.fullmatch(r"[A-Za-z0-9]+", v))
+    raise SystemExit("espeak-ng variants not found: apt-get install espeak-ng")
+
+
+def espeak_old_variants():
+    for d in ["/usr/lib/x86_64-linux-gnu/espeak-data/voices/!v",
+              "/usr/lib/aarch64-linux-gnu/espeak-data/voices/!v"]:
+        if os.path.isdir(d):
+            return sorted(v for v in os.listdir(d) if re.fullmatch(r"[A-Za-z0-9]+", v))
+    return []
+
+
+def split_of(engine, voice, variant):
+    if engine == "festival":
+        return "test"
+    if engine == "flite":
+        return "test" if voice in TEST_FLITE else "train"
+    if voice in TEST_LANGS or variant in TEST_VARIANTS:
+        return "test"
+    if variant in DEV_VARIANTS:
+        return "dev"
+    return "train"
+
+
+def all_voices():
+    """(engine, voice, variant) for every voice this machine's packages offer."""
+    out = []
+    ng = espeak_ng_variants()
+    for lang in ESPEAK_NG_EN + ESPEAK_NG_OTHER:
+        out.append(("espeak-ng", lang, ""))
+        for v in ng:
+            out.append(("espeak-ng", lang, v))
+    for lang in ESPEAK_OLD:
+        out.append(("espeak", lang, ""))
+        for v in espeak_old_variants():
+            out.append(("espeak", lang, v))
+    for v in ["kal", "kal16", "awb", "slt", "rms"]:
+        out.append(("flite", v, ""))
+    for v in ["kal_diphone", "ked_diphone", "cmu_us_slt_arctic_hts"]:
+        out.append(("festival", v, ""))
+    return out

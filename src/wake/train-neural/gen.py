@@ -1,0 +1,593 @@
+"""Stage 1: every voice says the phrase, commands, confusable phrases and paragraphs of
+ordinary text (base utterances, 16 kHz, cached as .npy under CACHE/tts/SPLIT/KIND/).
+Stage 2: rooms, microphones and backgrounds over them, cut into 2.4 s training clips,
+features computed once (CACHE/feat/SPLIT-NNN.npz). Stage 3: the test set as WAV files
+for the side-by-side evaluation in Rust (CACHE/eval/).
+Each output is written atomically and skipped when present, so a rerun resumes."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from multiprocessing import Pool
+
+import numpy as np
+from scipy.io import wavfile
+from scipy.signal import resample_poly, butter, sosfilt, fftconvolve
+
+import common
+from common import SR, CACHE
+import texts
+
+
+def atomic_save_npy(path, arr):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp.npy"
+    np.save(tmp, arr)
+    os.replace(tmp, path)
+
+
+def read_wav(path):
+    # The wave module, not scipy's reader: flite's 8 kHz voice writes a header with a
+    # wrong byte rate that scipy refuses.
+    import wave
+    with wave.open(path, "rb") as w:
+        rate, ch, width = w.getframerate(), w.getnchannels(), w.getsampwidth()
+        raw = w.readframes(w.getnframes())
+    if width != 2:
+        raise ValueError(f"{path}: {8 * width}-bit audio, expected 16")
+    x = np.frombuffer(raw, "<i2").astype(np.float32) / 32768.0
+    if ch > 1:
+        x = x.reshape(-1, ch).mean(axis=1)
+    if rate != SR:
+        g = np.gcd(rate, SR)
+        x = resample_poly(x, SR // g, rate // g).astype(np.float32)
+    return x
+
+
+def synth(engine, voice, variant, text, speed, pitch):
+    """One utterance from a Debian TTS engine; speed and pitch are 0-1 knobs."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "o.wav")
+        # Text through a file: a text starting with "-" would read as an option.
+        tf = os.path.join(d, "t.txt")
+        with open(tf, "w") as f:
+            f.write(text + "\n")
+        if engine in ("espeak-ng", "espeak"):
+            v = f"{voice}+{variant}" if variant else voice
+            s = int(115 + 90 * speed)
+            p = int(15 + 70 * pitch)
+            subprocess.run([engine, "-v", v, "-s", str(s), "-p", str(p), "-w", out, "-f", tf],
+                           check=True, capture_output=True, timeout=120)
+        elif engine == "flite":
+            stretch = 1.3 - 0.5 * speed
+            subprocess.run(["flite", "-voice", voice, "--setf", f"duration_stretch={stretch:.2f}",
+                            "-f", tf, "-o", out], check=True, capture_output=True, timeout=120)
+        elif engine == "festival":
+            stretch = 1.3 - 0.5 * speed
+            subprocess.run(["text2wave", "-eval", f"(voice_{voice})", "-eval",
+                            f"(Parameter.set 'Duration_Stretch {stretch:.2f})", "-o", out, tf],
+                           check=True, capture_output=True, timeout=300)
+        else:
+            raise ValueError(engine)
+        if not os.path.exists(out):
+            raise subprocess.CalledProcessError(0, engine, stderr=b"no output for " + text.encode()[:80])
+        return read_wav(out)
+
+
+def trim(x, db=-40.0):
+    """Cuts leading and trailing silence (10 ms frames under `db` of the loudest)."""
+    if len(x) < 160:
+        return x
+    n = len(x) // 160
+    e = (x[: n * 160].reshape(n, 160) ** 2).mean(axis=1) + 1e-12
+    loud = np.nonzero(10 * np.log10(e / e.max()) > db)[0]
+    if len(loud) == 0:
+        return x[:0]
+    return x[loud[0] * 160: (loud[-1] + 1) * 160]
+
+
+# ------------------------------------------------------------------ stage 1: base TTS
+
+COUNTS = {  # utterances per split and kind
+    # Paragraphs 500 and up are new speech for mining hard negatives (mine.py).
+    "train": {"phrase": 4000, "command": 1200, "confusable": 2400,
+              "para": int(os.environ.get("WAKE_PARAS", "500"))},
+    "dev": {"phrase": 300, "command": 150, "confusable": 200, "para": 40},
+}
+SCALE = float(os.environ.get("WAKE_SCALE", "1"))
+
+
+def voices_of(split):
+    return [v for v in common.all_voices() if common.split_of(*v) == split]
+
+
+def pick_voice(rng, voices):
+    # Engines other than espeak have few voices: give them a fair share anyway.
+    by_engine = {}
+    for v in voices:
+        by_engine.setdefault(v[0], []).append(v)
+    weights = {"espeak-ng": 0.62, "espeak": 0.13, "flite": 0.25, "festival": 0.25}
+    engines = sorted(by_engine)
+    w = np.array([weights[e] for e in engines])
+    e = engines[rng.choice(len(engines), p=w / w.sum())]
+    return by_engine[e][rng.integers(len(by_engine[e]))]
+
+
+def tts_job(job):
+    split, kind, i, seed, train_sents = job
+    path = os.path.join(CACHE, "tts", split, kind, f"{i:05d}.npy")
+    if os.path.exists(path):
+        return
+    rng = np.random.default_rng(seed)
+    engine, voice, variant = pick_voice(rng, voices_of(split))
+    speed, pitch = rng.random(), rng.random()
+    if kind == "phrase":
+        text = texts.PHRASES[rng.integers(len(texts.PHRASES))]
+    elif kind == "command":
+        cmds = texts.TEST_COMMANDS if split == "test" else texts.TRAIN_COMMANDS
+        text = cmds[rng.integers(len(cmds))]
+    elif kind == "confusable":
+        text = texts.CONFUSABLES[rng.integers(len(texts.CONFUSABLES))]
+    else:
+        k = int(rng.integers(4, 10))
+        start = int(rng.integers(0, max(1, len(train_sents) - k)))
+        text = " ".join(train_sents[start:start + k])
+    try:
+        x = synth(engine, voice, variant, text, speed, pitch)
+    except subprocess.CalledProcessError as e:
+        print(f"skip {engine} {voice}+{variant}: {e.stderr[:200]!r}", flush=True)
+        x = np.zeros(0, np.float32)
+    if kind != "para":
+        x = trim(x)
+    atomic_save_npy(path, x.astype(np.float32))
+    with open(path[:-4] + ".json", "w") as f:
+        json.dump({"engine": engine, "voice": voice, "variant": variant, "text": text,
+                   "speed": speed, "pitch": pitch}, f)
+
+
+def stage_tts(workers):
+    train_sents = texts.train_sentences()
+    jobs = []
+    for split, kinds in COUNTS.items():
+        for kind, n in kinds.items():
+            for i in range(max(1, int(n * SCALE))):
+                seed = (["train", "dev"].index(split) * 10 + ["phrase", "command",
+                        "confusable", "para"].index(kind)) * 1_000_003 + i
+                jobs.append((split, kind, i, seed, train_sents))
+    # Interleave so a partial run has some of everything.
+    random.Random(0).shuffle(jobs)
+    with Pool(workers) as pool:
+        for k, _ in enumerate(pool.imap_unordered(tts_job, jobs, chunksize=8)):
+            if k % 500 == 0:
+                print(f"tts {k}/{len(jobs)}", flush=True)
+
+
+def load_kind(split, kind, first=0, end=None):
+    """Base utterances `first` <= index < `end`."""
+    d = os.path.join(CACHE, "tts", split, kind)
+    out = []
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".npy") and not f.endswith(".tmp.npy") and \
+                first <= int(f[:5]) < (end if end is not None else 10**9):
+            x = np.load(os.path.join(d, f))
+            if len(x) > 1600:
+                meta = json.load(open(os.path.join(d, f[:-4] + ".json")))
+                out.append((x, meta))
+    return out
+
+
+# --------------------------------------------------------- backgrounds and rooms
+
+def colored_noise(rng, n, colour):
+    white = rng.standard_normal(n).astype(np.float32)
+    if colour == "white":
+        return white
+    spec = np.fft.rfft(white)
+    f = np.arange(len(spec), dtype=np.float64) + 1.0
+    spec = spec / (np.sqrt(f) if colour == "pink" else f)
+    y = np.fft.irfft(spec, n).astype(np.float32)
+    return y / (np.std(y) + 1e-9)
+
+
+def music(rng, n):
+    """Synthetic music: notes of a random scale with harmonics, envelopes and a beat."""
+    y = np.zeros(n, np.float32)
+    t = 0
+    base = 110.0 * 2 ** (rng.integers(0, 24) / 12)
+    scale = [0, 2, 4, 5, 7, 9, 11, 12, 14, 16]
+    while t < n:
+        dur = int(SR * rng.choice([0.125, 0.25, 0.5, 0.75]))
+        for _ in range(int(rng.integers(1, 4))):
+            f0 = base * 2 ** (scale[rng.integers(len(scale))] / 12)
+            tt = np.arange(min(dur, n - t)) / SR
+            env = np.exp(-tt * rng.uniform(1, 8))
+            tone = sum((0.6 ** h) * np.sin(2 * np.pi * f0 * (h + 1) * tt + rng.uniform(0, 6))
+                       for h in range(int(rng.integers(1, 6))))
+            y[t:t + len(tt)] += (env * tone).astype(np.float32)
+        if rng.random() < 0.5:  # drum: a burst of filtered noise
+            k = min(int(0.05 * SR), n - t)
+            y[t:t + k] += (rng.standard_normal(k) * np.exp(-np.arange(k) / 200.0)).astype(np.float32)
+        t += dur
+    return y / (np.std(y) + 1e-9)
+
+
+def crop_or_loop(x, n, rng):
+    if len(x) == 0:
+        return np.zeros(n, np.float32)
+    if len(x) < n:
+        x = np.tile(x, n // len(x) + 1)
+    s = int(rng.integers(0, len(x) - n + 1))
+    return x[s:s + n]
+
+
+def babble(rng, n, paras):
+    y = np.zeros(n, np.float32)
+    for _ in range(int(rng.integers(3, 8))):
+        x = crop_or_loop(paras[rng.integers(len(paras))][0], n, rng)
+        y += x / (np.std(x) + 1e-9) * rng.uniform(0.5, 1.0)
+    return y / (np.std(y) + 1e-9)
+
+
+def background(rng, n, paras, kind=None):
+    kind = kind or rng.choice(["white", "pink", "brown", "babble", "music", "tv", "hum"],
+                              p=[0.12, 0.15, 0.13, 0.25, 0.15, 0.12, 0.08])
+    if kind in ("white", "pink", "brown"):
+        return colored_noise(rng, n, kind)
+    if kind == "babble":
+        return babble(rng, n, paras)
+    if kind == "music":
+        return music(rng, n)
+    if kind == "tv":
+        y = music(rng, n) * rng.uniform(0.3, 1.0) + crop_or_loop(
+            paras[rng.integers(len(paras))][0], n, rng) * 8
+        return y / (np.std(y) + 1e-9)
+    t = np.arange(n) / SR  # mains hum and a fan
+    f = rng.choice([50.0, 60.0])
+    y = sum(np.sin(2 * np.pi * f * h * t) / h for h in range(1, 6)) + colored_noise(rng, n, "brown")
+    return (y / (np.std(y) + 1e-9)).astype(np.float32)
+
+
+def room_ir(rng, rt60=None):
+    """A synthetic room impulse response: a direct path, a few early reflections and
+    an exponentially decaying noise tail (RT60 0.2-1.0 s)."""
+    rt60 = rt60 if rt60 is not None else rng.uniform(0.2, 1.0)
+    n = int(SR * rt60)
+    t = np.arange(n) / SR
+    tail = rng.standard_normal(n) * np.exp(-6.9 * t / rt60)
+    tail[: int(SR * rng.uniform(0.003, 0.02))] = 0
+    ir = tail * rng.uniform(0.2, 0.6)
+    ir[0] = 1.0
+    for _ in range(6):
+        ir[int(rng.integers(int(0.002 * SR), int(0.03 * SR)))] += rng.uniform(-0.5, 0.5)
+    return (ir / np.sqrt((ir ** 2).sum())).astype(np.float32)
+
+
+def sox_warp(x, rng):
+    """Voice warping with sox: speed (pitch, formants and tempo together), tempo alone or
+    pitch alone. Returns the audio and the factor its duration changed by."""
+    r = rng.random()
+    if r < 0.3:
+        return x, 1.0
+    if r < 0.55:
+        f = rng.uniform(0.88, 1.14)
+        eff, dur = ["speed", f"{f:.3f}"], 1.0 / f
+    elif r < 0.8:
+        f = rng.uniform(0.8, 1.25)
+        eff, dur = ["tempo", "-s", f"{f:.3f}"], 1.0 / f
+    else:
+        eff, dur = ["pitch", f"{rng.uniform(-350, 350):.0f}"], 1.0
+    raw = (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
+    fmt = ["-t", "raw", "-r", str(SR), "-e", "signed", "-b", "16", "-c", "1"]
+    p = subprocess.run(["sox", "-q", *fmt, "-", *fmt, "-", *eff, "rate", str(SR)],
+                       input=raw, capture_output=True, check=True, timeout=60)
+    return np.frombuffer(p.stdout, "<i2").astype(np.float32) / 32768.0, dur
+
+
+def sox_reverb(x, rng):
+    """sox's reverb over a random room."""
+    raw = (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
+    fmt = ["-t", "raw", "-r", str(SR), "-e", "signed", "-b", "16", "-c", "1"]
+    args = [f"{rng.uniform(20, 95):.0f}", f"{rng.uniform(20, 80):.0f}",
+            f"{rng.uniform(20, 100):.0f}", "100", f"{rng.uniform(0, 30):.0f}", "0"]
+    p = subprocess.run(["sox", "-q", *fmt, "-", *fmt, "-", "gain", "-6", "reverb", *args],
+                       input=raw, capture_output=True, check=True, timeout=60)
+    y = np.frombuffer(p.stdout, "<i2").astype(np.float32) / 32768.0
+    return y[: len(x)] if len(y) >= len(x) else np.pad(y, (0, len(x) - len(y)))
+
+
+def mic(y, rng):
+    """Cheap microphones and sound cards: band limits, gain, sometimes clipping."""
+    r = rng.random()
+    if r < 0.15:
+        y = sosfilt(butter(4, [300, 3400], "bandpass", fs=SR, output="sos"), y)
+    elif r < 0.45:
+        lo, hi = rng.uniform(60, 400), rng.uniform(3000, 7600)
+        y = sosfilt(butter(2, [lo, hi], "bandpass", fs=SR, output="sos"), y)
+    peak = np.abs(y).max() + 1e-9
+    level = 10 ** (rng.uniform(-40, -1) / 20)
+    y = y / peak * level
+    if rng.random() < 0.05:
+        y = np.clip(y * rng.uniform(1.5, 4), -level, level)
+    return y.astype(np.float32)
+
+
+def rms_active(x):
+    n = len(x) // 160
+    if n == 0:
+        return 1e-9
+    e = (x[: n * 160].reshape(n, 160) ** 2).mean(axis=1)
+    top = np.sort(e)[-max(1, n // 3):]
+    return float(np.sqrt(top.mean()) + 1e-9)
+
+
+def room(y, rng, paras):
+    """Reverberation, then a background at a random SNR (or none), then the microphone."""
+    r = rng.random()
+    if r < 0.25:
+        y = sox_reverb(y, rng)
+    elif r < 0.55:
+        y = fftconvolve(y, room_ir(rng))[: len(y)].astype(np.float32)
+    if rng.random() < 0.75:
+        snr = rng.uniform(-2, 25)
+        b = background(rng, len(y), paras)
+        y = y + b * rms_active(y) / 10 ** (snr / 20)
+    y = y + colored_noise(rng, len(y), "white") * 10 ** (rng.uniform(-90, -60) / 20)
+    return mic(y, rng)
+
+
+# ----------------------------------------------------------- stage 2: training clips
+
+CLIP = int(2.4 * SR)
+END_LO, END_HI = 1.6, 1.9  # where the phrase ends in a positive clip (seconds)
+SHARD = int(os.environ.get("WAKE_SHARD", "400"))
+
+
+def make_positive(rng, phrases, commands, paras, confus):
+    ph, meta = phrases[rng.integers(len(phrases))]
+    # Same voice for what comes before and after, when there is one.
+    same = [c for c in commands if c[1]["engine"] == meta["engine"] and c[1]["voice"] == meta["voice"]]
+    pre = np.zeros(int(SR * rng.uniform(0.0, 2.0)), np.float32)
+    if rng.random() < 0.35:
+        src = paras if rng.random() < 0.6 else confus
+        p = src[rng.integers(len(src))][0]
+        k = int(SR * rng.uniform(0.3, 1.8))
+        pre = np.concatenate([crop_or_loop(p, k, rng) * rng.uniform(0.3, 1.5), pre])
+    gap = np.zeros(int(SR * rng.uniform(0.0, 0.5)), np.float32)
+    post = np.zeros(0, np.float32)
+    if rng.random() < 0.7 and commands:
+        post = (same or commands)[rng.integers(len(same or commands))][0]
+    x = np.concatenate([pre, ph, gap, post, np.zeros(int(0.5 * SR), np.float32)])
+    end = len(pre) + len(ph)
+    x, f = sox_warp(x, rng)
+    end = int(end * f)
+    want = int(SR * rng.uniform(END_LO, END_HI))
+    shift = want - end  # where clip sample 0 comes from: x[-shift]
+    if shift > 0:
+        x = np.concatenate([np.zeros(shift, np.float32), x])
+    else:
+        x = x[-shift:]
+    x = np.pad(x, (0, max(0, CLIP - len(x))))[:CLIP]
+    return x, want
+
+
+def make_negative(rng, paras, confus, phrases):
+    r = rng.random()
+    if r < 0.55:
+        x = crop_or_loop(paras[rng.integers(len(paras))][0], CLIP, rng)
+    elif r < 0.85:
+        c = confus[rng.integers(len(confus))][0]
+        pre = np.zeros(int(SR * rng.uniform(0.3, 1.9)), np.float32)
+        if rng.random() < 0.3:  # a phrase's piece, the rest of it missing
+            p = phrases[rng.integers(len(phrases))][0]
+            c = p[: int(len(p) * rng.uniform(0.3, 0.6))] if rng.random() < 0.5 else p[int(len(p) * 0.45):]
+        x = np.concatenate([pre, c, np.zeros(CLIP, np.float32)])[:CLIP]
+    elif r < 0.95:
+        x = np.zeros(CLIP, np.float32)
+        x = x + background(rng, CLIP, paras) * 0.1
+    else:
+        x = np.zeros(CLIP, np.float32)
+    x, _ = sox_warp(x, rng) if rng.random() < 0.5 else (x, 1.0)
+    return np.pad(x, (0, max(0, CLIP - len(x))))[:CLIP]
+
+
+_DATA = {}
+
+
+def _data(split):
+    if split not in _DATA:
+        # The first 500 paragraphs: those after them are mine.py's.
+        _DATA[split] = {k: load_kind(split, k, 0, 500 if k == "para" else None)
+                        for k in ("phrase", "command", "confusable", "para")}
+    return _DATA[split]
+
+
+def shard_job(job):
+    split, k = job
+    path = os.path.join(CACHE, "feat", f"{split}-{k:03d}.npz")
+    if os.path.exists(path):
+        return
+    d = _data(split)
+    rng = np.random.default_rng(1000 + k + (0 if split == "train" else 500_000))
+    X, Y = [], []
+    for i in range(SHARD):
+        if i % 3 == 0:
+            x, end = make_positive(rng, d["phrase"], d["command"], d["para"], d["confusable"])
+            y = int(round(end / common.HOP))
+        else:
+            x = make_negative(rng, d["para"], d["confusable"], d["phrase"])
+            y = -1
+        x = room(x, rng, d["para"])
+        X.append(common.features(x).astype(np.float16))
+        Y.append(y)
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, x=np.stack(X), y=np.array(Y, np.int32))
+    os.replace(tmp, path)
+    print(f"shard {split}-{k:03d}", flush=True)
+
+
+def stage_feat(workers, train_shards, dev_shards):
+    os.makedirs(os.path.join(CACHE, "feat"), exist_ok=True)
+    jobs = [("dev", k) for k in range(dev_shards)] + [("train", k) for k in range(train_shards)]
+    with Pool(workers) as pool:
+        list(pool.imap_unordered(shard_job, jobs))
+
+
+# ------------------------------------------------------------ stage 3: the test set
+
+def test_voices():
+    vs = voices_of("test")
+    by = {}
+    for v in vs:
+        by.setdefault(v[0], []).append(v)
+    rng = random.Random(7)
+    # Every non-espeak test voice, and a spread of the held-out espeak ones.
+    picked = by.get("festival", []) + by.get("flite", [])
+    picked += rng.sample(by.get("espeak-ng", []), 20) + rng.sample(by.get("espeak", []), 4)
+    return picked
+
+
+def write_wav(path, x):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp.wav"
+    wavfile.write(tmp, SR, (np.clip(x, -1, 1) * 32767).astype(np.int16))
+    os.replace(tmp, path)
+
+
+def eval_job(job):
+    kind, i, voice, extra, split = job
+    rng = np.random.default_rng(77_000 + i * 13 + ["phrase", "speech", "tv", "noise"].index(kind)
+                                + (0 if split == "test" else 5_000_000))
+    root = os.path.join(CACHE, "eval" if split == "test" else "eval-dev")
+    engine, v, variant = voice
+    if kind == "phrase":
+        # One utterance per voice and command: "hey strawberry" then the command, same
+        # voice, as one person would say it; every room condition reuses it.
+        name, cmd, pitch_cents = extra
+        out = {c: os.path.join(root, c, name + ".wav") for c in ("quiet", "reverb", "noise10", "babble5")}
+        if all(os.path.exists(p) for p in out.values()):
+            return
+        ph = trim(synth(engine, v, variant, "hey strawberry", 0.45, 0.5))
+        co = trim(synth(engine, v, variant, cmd, 0.45, 0.5))
+        lead = np.zeros(int(SR * 1.0), np.float32)
+        gap = np.zeros(int(SR * 0.3), np.float32)
+        x = np.concatenate([lead, ph, gap, co, np.zeros(int(SR * 0.7), np.float32)])
+        end = len(lead) + len(ph)
+        if pitch_cents:
+            raw = (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
+            fmt = ["-t", "raw", "-r", str(SR), "-e", "signed", "-b", "16", "-c", "1"]
+            p = subprocess.run(["sox", "-q", *fmt, "-", *fmt, "-", "pitch", str(pitch_cents)],
+                               input=raw, capture_output=True, check=True)
+            x = np.frombuffer(p.stdout, "<i2").astype(np.float32) / 32768.0
+        x = x / (np.abs(x).max() + 1e-9) * 0.5
+        babble_src = extra_babble(split)
+        conds = {
+            "quiet": x,
+            "reverb": fftconvolve(x, room_ir(rng, rt60=0.7))[: len(x)].astype(np.float32),
+            "noise10": x + colored_noise(rng, len(x), "pink") * rms_active(x) / 10 ** (10 / 20),
+            "babble5": x + babble(rng, len(x), babble_src) * rms_active(x) / 10 ** (5 / 20),
+        }
+        for c, y in conds.items():
+            y = y / (np.abs(y).max() + 1e-9) * 0.5
+            write_wav(out[c], y)
+            with open(out[c][:-4] + ".txt", "w") as f:
+                f.write(f"{end / SR:.3f}\n")
+    else:
+        # Held-out ordinary speech (and, mixed in, music or noise), in 5-minute files.
+        path = os.path.join(root, "negative", f"{kind}-{i:03d}.wav")
+        if os.path.exists(path):
+            return
+        sents = texts.test_sentences() if split == "test" else texts.train_sentences()
+        parts, total = [], 0
+        j = int(rng.integers(len(sents)))
+        while total < 300 * SR:
+            s = trim(synth(engine, v, variant, " ".join(sents[j % len(sents): j % len(sents) + 3]),
+                           rng.random(), rng.random()))
+            j += 3
+            parts += [s, np.zeros(int(SR * rng.uniform(0.2, 1.2)), np.float32)]
+            total += len(s) + len(parts[-1])
+        x = np.concatenate(parts)[: 300 * SR]
+        x = x / (np.abs(x).max() + 1e-9) * 0.5
+        if kind == "tv":
+            x = x + music(rng, len(x)) * rms_active(x) / 10 ** (rng.uniform(0, 10) / 20)
+        elif kind == "noise":
+            x = x * 0.0 + background(rng, len(x), extra_babble(split), kind=str(rng.choice(
+                ["white", "pink", "brown", "music", "hum", "babble"]))) * 0.1
+        x = x / (np.abs(x).max() + 1e-9) * 0.5
+        write_wav(path, x)
+
+
+_BABBLE = {}
+
+
+def extra_babble(split):
+    """Babble for the test (dev) set: test (dev) voices reading test (training) text."""
+    if split not in _BABBLE:
+        sents = texts.test_sentences() if split == "test" else texts.train_sentences()
+        rng = random.Random(3)
+        vs = [v for v in voices_of(split) if v[0] == "espeak-ng"]
+        _BABBLE[split] = []
+        for k in range(8):
+            e, v, var = rng.choice(vs)
+            _BABBLE[split].append((synth(e, v, var, " ".join(sents[k * 6:(k + 1) * 6]),
+                                         rng.random(), rng.random()), {}))
+    return _BABBLE[split]
+
+
+def stage_eval(workers, split="test"):
+    """The test set (split "test": held-out voices, commands and text) or its dev twin
+    (split "dev": dev voices, training commands and text) for choosing operating points
+    without looking at the test set."""
+    jobs = []
+    if split == "dev":
+        rng = random.Random(11)
+        voices = rng.sample(voices_of("dev"), 16)
+        for vi, voice in enumerate(voices):
+            for ci, cmd in enumerate(texts.TRAIN_COMMANDS[:8]):
+                name = f"{voice[0]}_{voice[1]}_{voice[2] or 'default'}_{ci:02d}"
+                jobs.append(("phrase", vi * 100 + ci, voice, (name, cmd, 0), split))
+        for i in range(8):
+            jobs.append(("speech" if i < 6 else "tv", i, voices[i], None, split))
+        with Pool(workers) as pool:
+            list(pool.imap_unordered(eval_job, jobs))
+        return
+    voices = test_voices()
+    for vi, voice in enumerate(voices):
+        for ci, cmd in enumerate(texts.TEST_COMMANDS):
+            name = f"{voice[0]}_{voice[1]}_{voice[2] or 'default'}_{ci:02d}".replace("+", "_")
+            jobs.append(("phrase", vi * 100 + ci, voice, (name, cmd, 0), split))
+    # "Other speakers": the non-espeak test voices pitched up and down.
+    k = 10_000
+    for voice in [v for v in voices if v[0] in ("festival", "flite")]:
+        for cents in (-300, 300):
+            for ci, cmd in enumerate(texts.TEST_COMMANDS):
+                name = f"{voice[0]}_{voice[1]}_pitch{cents:+d}_{ci:02d}"
+                jobs.append(("phrase", k, voice, (name, cmd, cents), split))
+                k += 1
+    # Over two hours of negatives: 24 x 5 min speech, 6 x 5 min speech over music,
+    # 4 x 5 min noise and music alone.
+    for i in range(24):
+        jobs.append(("speech", i, voices[i % len(voices)], None, split))
+    for i in range(6):
+        jobs.append(("tv", i, voices[(i * 5 + 2) % len(voices)], None, split))
+    for i in range(4):
+        jobs.append(("noise", i, voices[0], None, split))
+    with Pool(workers) as pool:
+        for n, _ in enumerate(pool.imap_unordered(eval_job, jobs)):
+            if n % 50 == 0:
+                print(f"eval {n}/{len(jobs)}", flush=True)
+
+
+if __name__ == "__main__":
+    workers = int(os.environ.get("WAKE_WORKERS", "2"))
+    stage = sys.argv[1] if len(sys.argv) > 1 else "all"
+    if stage in ("tts", "all"):
+        stage_tts(workers)
+    if stage in ("feat", "all"):
+        stage_feat(workers, int(os.environ.get("WAKE_TRAIN_SHARDS", "150")),
+                   int(os.environ.get("WAKE_DEV_SHARDS", "10")))
+    if stage in ("eval", "all"):
+        stage_eval(workers, "dev")
+        stage_eval(workers, "test")

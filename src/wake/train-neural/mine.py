@@ -1,0 +1,93 @@
+"""Hard negatives: runs the trained model over hours of new ordinary speech from the
+training voices (paragraphs 500 and up of gen.py's tts stage, never used for training
+clips) in rooms with noise and music, and keeps every stretch that scored high as a
+negative training clip (CACHE/feat/mine-NNN.npz), plus a sample of ordinary stretches.
+train.py's fine-tuning round (WAKE_FINETUNE=1) trains on them with the first round's
+clips. Only training voices and training text are used: the dev and test splits stay
+unseen.
+
+Usage: mine.py (after train.py); WAKE_PARAS sets how many paragraphs exist (gen.py).
+"""
+
+import os
+import sys
+
+import numpy as np
+
+import common
+from common import CACHE, SR
+import gen
+import train
+
+GROUP = 10  # paragraphs per stream (about 5 minutes)
+PEAK = 0.3  # scores at least this high are kept
+CLIP_FRAMES = 238
+
+
+def params():
+    d = np.load(os.path.join(CACHE, "train", f"state-c{train.C}.npz"))
+    return {k[2:]: d[k] for k in d.files if k.startswith("p_")}
+
+
+def norm():
+    X, _ = train.load("train")
+    sample = X[:: max(1, len(X) // 4000)].astype(np.float32).reshape(-1, common.NMELS)
+    return sample.mean(axis=0).astype(np.float32), (sample.std(axis=0) + 1e-3).astype(np.float32)
+
+
+def forward(p, x):
+    h = np.maximum(x[:-2] @ p["w0"][0] + x[1:-1] @ p["w0"][1] + x[2:] @ p["w0"][2] + p["b0"], 0)
+    for i, d in enumerate(train.DILATIONS):
+        w = p[f"dw{i}"]
+        z = h[: -2 * d] * w[0] + h[d:-d] * w[1] + h[2 * d:] * w[2] + p[f"db{i}"]
+        h = np.maximum(h[2 * d:] + np.maximum(z, 0) @ p[f"pw{i}"] + p[f"pb{i}"], 0)
+    return 1 / (1 + np.exp(-(h @ p["wh"] + p["bh"][0])))
+
+
+def main():
+    p = params()
+    mean, std = norm()
+    paras = gen.load_kind("train", "para", 500)
+    babble_src = gen.load_kind("train", "para", 0, 500)
+    print(f"mining {len(paras)} paragraphs", flush=True)
+    os.makedirs(os.path.join(CACHE, "feat"), exist_ok=True)
+    for g in range(0, len(paras), GROUP):
+        path = os.path.join(CACHE, "feat", f"mine-{g // GROUP:03d}.npz")
+        if os.path.exists(path):
+            continue
+        rng = np.random.default_rng(9_000 + g)
+        parts = []
+        for x, _ in paras[g:g + GROUP]:
+            parts += [x, np.zeros(int(SR * rng.uniform(0.1, 1.5)), np.float32)]
+        x = np.concatenate(parts)
+        x = gen.room(x, rng, babble_src)
+        f = common.features(x)
+        xn = (f - mean) / std
+        s = forward(p, xn)  # s[j] belongs to feature frame j + SHRINK
+        keep = []
+        j = 0
+        order = np.argsort(-s)
+        taken = np.zeros(len(s), bool)
+        for j in order:
+            if s[j] < PEAK:
+                break
+            if taken[max(0, j - 50): j + 50].any():
+                continue
+            taken[j] = True
+            t = j + train.SHRINK
+            lo = t - 200
+            if lo >= 0 and lo + CLIP_FRAMES <= len(f):
+                keep.append(lo)
+        hard = len(keep)
+        # And ordinary stretches, so the round does not forget what ordinary speech is.
+        for _ in range(max(8, hard // 2)):
+            keep.append(int(rng.integers(0, len(f) - CLIP_FRAMES)))
+        X = np.stack([f[lo:lo + CLIP_FRAMES] for lo in keep]).astype(np.float16)
+        tmp = path + ".tmp.npz"
+        np.savez(tmp, x=X, y=np.full(len(keep), -1, np.int32))
+        os.replace(tmp, path)
+        print(f"{path}: {len(x) / SR / 60:.1f} min, {hard} hard, best {s.max():.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

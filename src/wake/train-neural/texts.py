@@ -1,0 +1,102 @@
+"""What the synthetic voices say. Training and test use different commands and
+different ordinary text (training: Python's own documentation strings; test: the
+licence texts Debian ships and tests/wake/other_speech.txt), so the test measures
+speech the model never heard."""
+
+import os
+import pydoc
+import re
+import random
+
+from common import REPO
+
+PHRASES = ["hey strawberry", "hey, strawberry", "Hey Strawberry!", "hey strawberry.",
+           "hey strawberry?", "Hey strawberry,"]
+
+TRAIN_COMMANDS = [
+    "turn on the kitchen lights", "what time is it", "set a timer for ten minutes",
+    "play some music", "what's the weather like", "turn off the radio",
+    "how warm is it outside", "add milk to the shopping list", "stop", "good night",
+    "open the garage door", "what's on my calendar today", "call mum",
+    "how long until the bus comes", "dim the bedroom lights", "is it going to rain",
+    "set an alarm for seven", "what's two plus two", "turn the heating up",
+    "tell me a joke", "pause", "next song", "read me the news", "lock the front door",
+    "how many grams in a pound", "remind me to water the plants", "volume down",
+    "what day is it", "switch off everything", "start the washing machine",
+]
+TEST_COMMANDS = [
+    "what is the weather like tomorrow", "turn off the living room lights",
+    "set a timer for twenty minutes", "play the radio", "what time is sunset",
+    "is the back door locked", "turn the music down", "how cold is it in the attic",
+    "add eggs to the list", "when is my next meeting", "close the blinds",
+    "start the coffee machine", "what's the temperature in the bathroom",
+    "switch on the fan", "remind me to call the dentist", "good morning",
+]
+
+# Negatives that share sounds or parts with the phrase.
+CONFUSABLES = [
+    "hey", "hey there", "hey you", "strawberry", "strawberries", "strawberry jam",
+    "a strawberry", "the strawberry", "wild strawberry", "hey Siri", "hey Google",
+    "okay Google", "Alexa", "hey Jarvis", "hay straw bury", "hey, straw", "hey straw",
+    "hey story", "hey stranger", "hey Sally", "hey Barry", "hey Terry", "hey Jerry",
+    "hey raspberry", "hey blueberry", "hey strawman", "hey strong boy", "straw hat",
+    "blueberry", "raspberry", "say strawberry", "they saw Barry", "hay is for horses",
+    "the stray dog buried it", "straw berry", "stray bear", "a tray of berries",
+    "hey, strawberries are in season", "I love strawberry ice cream",
+    "we picked strawberries yesterday", "strawberry fields forever",
+    "pass the strawberry yoghurt", "hey, what's up", "hey, can you help me",
+    "they stored the berries", "Hey Straub, very good", "hey strata", "heyday",
+    "Strasbourg", "hey Mister Berry", "a day of straw and berries",
+]
+
+
+def _sentences(text):
+    text = re.sub(r"\s+", " ", text)
+    out = []
+    for s in re.split(r"(?<=[.!?])\s+", text):
+        s = s.strip()
+        words = s.split()
+        if not 4 <= len(words) <= 28:
+            continue
+        if not re.fullmatch(r"[A-Za-z0-9 ,.;:'!?()-]+", s):
+            continue
+        if re.search(r"hey[^a-z]*straw", s, re.I):
+            continue
+        out.append(s)
+    return out
+
+
+def train_sentences():
+    """Ordinary English from Python's standard library documentation strings."""
+    import sys
+    names = sorted(sys.stdlib_module_names)
+    text = []
+    for name in names:
+        if name.startswith("_") or name in {"antigravity", "this", "idlelib", "turtledemo",
+                                           "tkinter", "turtle"}:
+            continue
+        try:
+            mod = __import__(name)
+        except Exception:
+            continue
+        for obj in [mod] + [getattr(mod, a, None) for a in dir(mod)[:80]]:
+            doc = getattr(obj, "__doc__", None)
+            if isinstance(doc, str):
+                text.append(doc)
+    sents = sorted(set(_sentences(" ".join(text))))
+    random.Random(1).shuffle(sents)
+    return sents
+
+
+def test_sentences():
+    """Held-out ordinary English: Debian's licence texts and the wake test's own text."""
+    text = []
+    d = "/usr/share/common-licenses"
+    for f in sorted(os.listdir(d)):
+        p = os.path.join(d, f)
+        if os.path.isfile(p):
+            text.append(open(p, errors="ignore").read())
+    text.append(open(os.path.join(REPO, "tests/wake/other_speech.txt")).read())
+    sents = sorted(set(_sentences(" ".join(text))))
+    random.Random(2).shuffle(sents)
+    return sents

@@ -1,0 +1,263 @@
+"""Trains the keyword spotter on the cached features (gen.py's stage 2), picks the epoch
+on the dev split, and writes the model file src/wake/neural.rs reads.
+
+The model: per-bin normalised log-mel frames -> a causal temporal convolution (the 40
+mel bins are its input channels) -> six residual blocks of depthwise dilated causal
+convolutions (dilations 1..32, kernel 3) with pointwise mixing -> one logit per 10 ms
+frame. Its receptive field is 129 frames (1.29 s): the whole phrase. Being causal and
+frame by frame, the Rust side runs it one frame at a time with a little history per
+layer, and gets exactly the outputs computed here over a whole clip.
+
+Labels per output frame of a positive clip: "wake" from 30 to 250 ms after the phrase
+ended, ignored just before and after that (the network may be unsure there), "no"
+before the phrase ended; every frame of a negative clip is "no".
+"""
+
+import glob
+import json
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+
+import common
+from common import CACHE, NMELS
+
+import jax
+import jax.numpy as jnp
+
+C = int(os.environ.get("WAKE_CHANNELS", "64"))
+DILATIONS = [1, 2, 4, 8, 16, 32]
+SHRINK = 2 + 2 * sum(DILATIONS)  # frames lost at the start by the valid convolutions
+EPOCHS = int(os.environ.get("WAKE_EPOCHS", "10"))
+# Training sees 168-frame crops of the 238-frame clips (40 output frames each, placed
+# at random around where phrases end): 30% less work per step than whole clips.
+CROP = SHRINK + 40
+BATCH = 128
+LR = 2e-3
+POS_LO, POS_HI = 3, 25  # frames after the phrase end (counted at the window's end)
+IGN_LO = -15
+METRIC = 2  # version of dev_metrics (a resumed run re-chooses its best epoch when it changed)
+
+
+def load(split):
+    files = sorted(glob.glob(os.path.join(CACHE, "feat", f"{split}-*.npz")))
+    files = [f for f in files if ".tmp" not in f]
+    xs, ys = [], []
+    for f in files:
+        d = np.load(f)
+        xs.append(d["x"])
+        ys.append(d["y"])
+    if not xs:
+        sys.exit(f"no {split} features in {CACHE}/feat: run gen.py first")
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def targets(y, frames):
+    """Per output frame: 1 wake, 0 no, -1 ignore."""
+    t = np.arange(SHRINK, frames)[None, :] + 2.5  # the window's end, in frames
+    d = t - y[:, None].astype(np.float64)
+    out = np.zeros((len(y), frames - SHRINK), np.int8)
+    pos = y[:, None] >= 0
+    out[pos & (d >= IGN_LO)] = -1
+    out[pos & (d >= POS_LO) & (d < POS_HI)] = 1
+    return out
+
+
+def init(rng):
+    def n(shape, fan):
+        return (rng.standard_normal(shape) * np.sqrt(2.0 / fan)).astype(np.float32)
+    p = {"w0": n((3, NMELS, C), 3 * NMELS), "b0": np.zeros(C, np.float32)}
+    for i in range(len(DILATIONS)):
+        p[f"dw{i}"] = n((3, C), 3)
+        p[f"db{i}"] = np.zeros(C, np.float32)
+        p[f"pw{i}"] = n((C, C), C) * 0.3
+        p[f"pb{i}"] = np.zeros(C, np.float32)
+    p["wh"] = n((C,), C) * 0.1
+    p["bh"] = np.array([-3.0], np.float32)
+    return {k: jnp.asarray(v) for k, v in p.items()}
+
+
+def forward(p, x):
+    """x: [B, T, NMELS] normalised -> logits [B, T - SHRINK]."""
+    h = x[:, 0:-2] @ p["w0"][0] + x[:, 1:-1] @ p["w0"][1] + x[:, 2:] @ p["w0"][2] + p["b0"]
+    h = jax.nn.relu(h)
+    for i, d in enumerate(DILATIONS):
+        w = p[f"dw{i}"]
+        z = h[:, : -2 * d] * w[0] + h[:, d:-d] * w[1] + h[:, 2 * d:] * w[2] + p[f"db{i}"]
+        z = jax.nn.relu(z) @ p[f"pw{i}"] + p[f"pb{i}"]
+        h = jax.nn.relu(h[:, 2 * d:] + z)
+    return h @ p["wh"] + p["bh"][0]
+
+
+def loss_fn(p, x, t):
+    logit = forward(p, x)
+    tf = t.astype(jnp.float32)
+    mask = (t >= 0).astype(jnp.float32)
+    bce = jnp.maximum(logit, 0) - logit * tf + jnp.log1p(jnp.exp(-jnp.abs(logit)))
+    w = mask * jnp.where(t == 1, 3.0, 1.0)
+    # A negative clip's worst frame is what would wake the spoke: weigh it extra.
+    neg_max = jnp.max(jnp.where(t == 0, logit, -30.0), axis=1)
+    hard = jnp.maximum(neg_max, 0) + jnp.log1p(jnp.exp(-jnp.abs(neg_max)))
+    return (bce * w).sum() / w.sum() + 0.3 * hard.mean()
+
+
+@jax.jit
+def step(p, m, v, k, x, t, lr):
+    loss, g = jax.value_and_grad(loss_fn)(p, x, t)
+    b1, b2 = 0.9, 0.999
+    m = {n: b1 * m[n] + (1 - b1) * g[n] for n in p}
+    v = {n: b2 * v[n] + (1 - b2) * g[n] ** 2 for n in p}
+    p = {n: p[n] - lr * (m[n] / (1 - b1 ** k)) / (jnp.sqrt(v[n] / (1 - b2 ** k)) + 1e-8)
+         for n in p}
+    return p, m, v, loss
+
+
+scores_jit = jax.jit(lambda p, x: jax.nn.sigmoid(forward(p, x)))
+
+
+def clip_scores(p, X, mean, std):
+    out = []
+    for i in range(0, len(X), 256):
+        x = (X[i:i + 256].astype(np.float32) - mean) / std
+        out.append(np.asarray(scores_jit(p, jnp.asarray(x))))
+    return np.concatenate(out)
+
+
+def dev_metrics(p, X, y, mean, std):
+    s = clip_scores(p, X, mean, std)
+    t = targets(y, X.shape[1])
+    pos = y >= 0
+    # A positive counts as found when a frame around the phrase end scores high.
+    pos_best = np.where(t[pos] != 0, s[pos], 0).max(axis=1)
+    # Negative clips only: the frames of a positive clip just before its phrase ends
+    # ("hey strawbe") score high legitimately, and would swamp the quantiles.
+    neg_best = s[~pos].max(axis=1)
+    res = {}
+    for q in (0.999, 0.995):
+        th = float(np.quantile(neg_best, q))
+        res[f"recall@negq{q}"] = float((pos_best > th).mean())
+        res[f"th@negq{q}"] = th
+    return res
+
+
+def augment(x, rng):
+    """Per batch: a small frequency warp (other vocal tracts), a masked band, a level
+    offset."""
+    B, T, F = x.shape
+    out = np.empty_like(x)
+    grid = np.arange(F, dtype=np.float32)
+    for b in range(B):
+        a = rng.uniform(0.9, 1.1)
+        src = np.clip(grid * a, 0, F - 1)
+        lo = np.floor(src).astype(int)
+        hi = np.minimum(lo + 1, F - 1)
+        fr = src - lo
+        out[b] = x[b][:, lo] * (1 - fr) + x[b][:, hi] * fr
+        if rng.random() < 0.5:
+            f0 = rng.integers(0, F - 6)
+            out[b][:, f0:f0 + rng.integers(1, 6)] = 0.0  # the normalised mean
+    return out
+
+
+def export(p, mean, std, path, meta):
+    """The model file: magic, a JSON header, then little-endian f32 arrays in the order
+    the header lists them."""
+    arrays = [("mean", mean), ("std", std)] + [(k, np.asarray(p[k])) for k in sorted(p)]
+    header = dict(meta)
+    header.update({
+        "format": "strawberry-wake-tcn", "version": 1, "sample_rate": common.SR,
+        "win": common.WIN, "hop": common.HOP, "nfft": common.NFFT, "n_mels": NMELS,
+        "fmin": common.FMIN, "fmax": common.FMAX, "log_eps": common.LOG_EPS,
+        "channels": C, "dilations": DILATIONS,
+        "arrays": [[k, list(a.shape)] for k, a in arrays],
+    })
+    hb = json.dumps(header, indent=1).encode()
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(b"SSWAKENN")
+        f.write(struct.pack("<I", len(hb)))
+        f.write(hb)
+        for _, a in arrays:
+            f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
+    os.replace(tmp, path)
+
+
+# The second round (WAKE_FINETUNE=1): from the first round's weights, with mine.py's
+# hard negatives added, at a lower learning rate.
+FINETUNE = os.environ.get("WAKE_FINETUNE") == "1"
+if FINETUNE:
+    EPOCHS = int(os.environ.get("WAKE_EPOCHS", "4"))
+    LR = 5e-4
+
+
+def main():
+    X, y = load("train")
+    Xd, yd = load("dev")
+    # Normalisation from the first round's clips, in both rounds.
+    sample = X[:: max(1, len(X) // 4000)].astype(np.float32).reshape(-1, NMELS)
+    mean = sample.mean(axis=0).astype(np.float32)
+    std = (sample.std(axis=0) + 1e-3).astype(np.float32)
+    if FINETUNE:
+        Xm, ym = load("mine")
+        X, y = np.concatenate([X, Xm]), np.concatenate([y, ym])
+    print(f"train {len(X)} clips ({(y >= 0).sum()} positive), dev {len(Xd)}", flush=True)
+    T = targets(y, X.shape[1])
+    rng = np.random.default_rng(0)
+    p = init(rng)
+    ck = os.path.join(CACHE, "train")
+    if FINETUNE:
+        d = np.load(os.path.join(ck, f"state-c{C}.npz"))
+        p = {n: jnp.asarray(d["p_" + n]) for n in p}
+    m = {k: jnp.zeros_like(a) for k, a in p.items()}
+    v = {k: jnp.zeros_like(a) for k, a in p.items()}
+    os.makedirs(ck, exist_ok=True)
+    best, best_p, k = -1.0, p, 0
+    start_epoch = 0
+    state = os.path.join(ck, f"state-c{C}{'-ft' if FINETUNE else ''}.npz")
+    if os.path.exists(state):  # resume
+        d = np.load(state, allow_pickle=True)
+        p = {n: jnp.asarray(d["p_" + n]) for n in p}
+        m = {n: jnp.asarray(d["m_" + n]) for n in p}
+        v = {n: jnp.asarray(d["v_" + n]) for n in p}
+        start_epoch, k, best = int(d["epoch"]), int(d["k"]), float(d["best"])
+        if int(d.get("metric", 0)) != METRIC:
+            best = -1.0  # chosen by an older dev metric: choose again
+        best_p = {n: jnp.asarray(d["b_" + n]) for n in p}
+        print(f"resumed after epoch {start_epoch}", flush=True)
+    steps = len(X) // BATCH
+    for epoch in range(start_epoch, EPOCHS):
+        t0 = time.time()
+        order = rng.permutation(len(X))
+        lr = LR * 0.5 * (1 + np.cos(np.pi * epoch / EPOCHS))
+        tot = 0.0
+        for s in range(steps):
+            idx = np.sort(order[s * BATCH:(s + 1) * BATCH])
+            c0 = int(rng.integers(20, X.shape[1] - CROP + 1))
+            xb = (X[idx, c0:c0 + CROP].astype(np.float32) - mean) / std
+            xb = augment(xb, rng)
+            k += 1
+            p, m, v, loss = step(p, m, v, k, jnp.asarray(xb), jnp.asarray(T[idx, c0:c0 + CROP - SHRINK]), lr)
+            tot += float(loss)
+        dm = dev_metrics(p, Xd, yd, mean, std)
+        score = dm["recall@negq0.999"]
+        if score >= best:
+            best, best_p = score, p
+        print(f"epoch {epoch + 1}/{EPOCHS} loss {tot / steps:.4f} dev {dm} "
+              f"{time.time() - t0:.0f}s", flush=True)
+        np.savez(state + ".tmp.npz", epoch=epoch + 1, k=k, best=best, metric=METRIC,
+                 **{"p_" + n: np.asarray(a) for n, a in p.items()},
+                 **{"m_" + n: np.asarray(a) for n, a in m.items()},
+                 **{"v_" + n: np.asarray(a) for n, a in v.items()},
+                 **{"b_" + n: np.asarray(a) for n, a in best_p.items()})
+        os.replace(state + ".tmp.npz", state)
+    out = os.environ.get("WAKE_MODEL_OUT", os.path.join(
+        ck, f"hey_strawberry-c{C}{'-ft' if FINETUNE else ''}.wake"))
+    export(best_p, mean, std, out, {"name": "hey strawberry", "dev": dev_metrics(best_p, Xd, yd, mean, std)})
+    print(f"wrote {out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
