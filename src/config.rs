@@ -1257,7 +1257,7 @@ impl Config {
                 ),
             ));
         }
-        if parsed.path().trim_end_matches('/') != "" || parsed.query().is_some() {
+        if !parsed.path().trim_end_matches('/').is_empty() || parsed.query().is_some() {
             return Err(invalid(
                 "homeassistant.url",
                 format!(

@@ -738,7 +738,7 @@ fn no_match(entities: &[Entity], target: &str, domains: &[String]) -> HaError {
         })
         .filter(|(shared, _)| *shared > 0)
         .collect();
-    close.sort_by(|a, b| b.0.cmp(&a.0));
+    close.sort_by_key(|c| std::cmp::Reverse(c.0));
     let names: Vec<String> = close
         .iter()
         .take(3)
