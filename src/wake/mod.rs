@@ -813,7 +813,7 @@ mod tests {
         for (bad, key) in [
             (
                 Settings {
-                    threshold: f32::NAN,
+                    threshold: Some(f32::NAN),
                     ..Settings::default()
                 },
                 "threshold",
