@@ -142,7 +142,7 @@ fn expand(tree: &str, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
         path.extend(
             tree.split("::")
                 .map(str::trim)
-                .filter(|s| !s.is_empty() && !(inside_group && *s == "self"))
+                .filter(|s| !(s.is_empty() || inside_group && *s == "self"))
                 .map(str::to_string),
         );
         out.push(path);

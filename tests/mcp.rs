@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use strawberry_spoke::mcp::{Mcp, McpConfig, McpError};
 use strawberry_spoke::deadline::{self, Cancel};
-use strawberry_spoke::skills::watch::LiveRegistry;
 use strawberry_spoke::host::HostSettings;
+use strawberry_spoke::mcp::{Mcp, McpConfig, McpError};
+use strawberry_spoke::skills::watch::LiveRegistry;
 use strawberry_spoke::skills::{CallError, Registry};
 
 fn deps() -> PathBuf {

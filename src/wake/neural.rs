@@ -159,11 +159,12 @@ impl Model {
             ));
         }
         let bins = NFFT / 2 + 1;
-        if !(1..=128).contains(&h.n_mels)
-            || !(0.0..h.fmax).contains(&h.fmin)
-            || h.fmax > f64::from(SAMPLE_RATE) / 2.0
-            || !(h.log_eps > 0.0 && h.log_eps.is_finite())
-        {
+        let mels_valid = (1..=128).contains(&h.n_mels)
+            && (0.0..h.fmax).contains(&h.fmin)
+            && h.fmax <= f64::from(SAMPLE_RATE) / 2.0
+            && h.log_eps > 0.0
+            && h.log_eps.is_finite();
+        if !mels_valid {
             return Err("mel settings out of range".into());
         }
         if !(1..=MAX_CHANNELS).contains(&h.channels)
