@@ -921,7 +921,7 @@ pub fn install(dir: Option<&Path>) -> Result<(), EmbedError> {
         }
         None => {
             tracing::warn!(
-                "skill search is lexical only: no embedding model configured (set search.embedding_model to the folder of all-MiniLM-L6-v2, see the README)"
+                "skill search is lexical only: no embedding model configured (set search.embedding_model to the folder of all-MiniLM-L6-v2: `strawberry-spoke model fetch minilm`; docs/skills.md, \"Finding skills\")"
             );
             None
         }

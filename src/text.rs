@@ -3,7 +3,8 @@
 //! A terminal obeys escape sequences, and bidirectional overrides reorder what a person
 //! reads, so text that someone else wrote loses them before it is kept, shown, spoken
 //! or logged: one rule for every source, applied where the text arrives. Device names,
-//! which peers choose, also get their one key form here.
+//! which peers choose, also get their one key form here, and names people typed or
+//! said are compared with the typos they make ([`edit_distance`]).
 
 /// Text from the network for one line (a device name, the `from` of a call): without
 /// control characters (C0, C1, so no escape sequences) and bidirectional overrides,
@@ -39,6 +40,34 @@ pub fn normalise(name: &str) -> String {
         out.pop();
     }
     out
+}
+
+/// Edit distance (insertions, deletions, substitutions and swaps of neighbours, the
+/// usual typos), case-insensitive.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().flat_map(char::to_lowercase).collect();
+    let b: Vec<char> = b.chars().flat_map(char::to_lowercase).collect();
+    let width = b.len() + 1;
+    let mut d = vec![0usize; (a.len() + 1) * width];
+    for i in 0..=a.len() {
+        d[i * width] = i;
+    }
+    for (j, cell) in d.iter_mut().enumerate().take(width) {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[(i - 1) * width + j] + 1)
+                .min(d[i * width + j - 1] + 1)
+                .min(d[(i - 1) * width + j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[(i - 2) * width + j - 2] + 1);
+            }
+            d[i * width + j] = best;
+        }
+    }
+    d[a.len() * width + b.len()]
 }
 
 #[cfg(test)]

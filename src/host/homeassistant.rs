@@ -39,7 +39,7 @@ use ureq::Agent;
 use super::http::{Outgoing, send};
 use super::{HostResult, SkillContext, cut_short_by, human, to_dynamic, to_value};
 use crate::deadline;
-use crate::skills::edit_distance;
+use crate::text::edit_distance;
 
 /// Characters kept of an entity's id, name, area, state or device class.
 pub const MAX_TEXT: usize = 200;

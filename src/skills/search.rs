@@ -22,8 +22,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::{ClassDoc, SkillFunction, edit_distance};
+use super::{ClassDoc, SkillFunction};
 use crate::embed::{self, Semantic};
+use crate::text::edit_distance;
 
 /// One search result: a function and how well it matched (higher is better).
 #[derive(Debug, Clone, Copy)]

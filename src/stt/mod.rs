@@ -168,7 +168,7 @@ pub enum SttError {
     UnknownLanguage { setting: &'static str, code: String },
     /// A language other than English asked of an English-only model.
     #[error(
-        "{path} understands English only, and stt.language is {code:?}: use a multilingual model (see the README's speech-to-text section) or stt.language = \"en\""
+        "{path} understands English only, and stt.language is {code:?}: use a multilingual model (`strawberry-spoke model fetch base`; docs/voice-loop.md, \"Speech to text: which model\") or stt.language = \"en\""
     )]
     EnglishOnly { path: PathBuf, code: String },
     /// Inference failed.
