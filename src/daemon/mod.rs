@@ -13,8 +13,14 @@
 //! - [`systemd`]: readiness, status, watchdog over `NOTIFY_SOCKET`.
 
 pub mod answer;
+mod arbiter;
+mod audio_loop;
+mod conversation;
 pub mod listener;
 pub mod phrases;
+pub mod pipeline;
+mod ringing;
+mod routing;
 pub mod systemd;
 pub mod turn_end;
 pub mod voice;
@@ -41,8 +47,9 @@ use crate::stt::{SttError, Transcriber};
 use crate::tts::{Speaker, Synth, TtsError};
 use crate::wake::{Detector, WakeError};
 use listener::Listener;
+use pipeline::Pipeline;
 use systemd::Notifier;
-use voice::{Ears, Pipeline, Voice, VoiceSettings};
+use voice::{Ears, Voice, VoiceSettings};
 
 /// `run` gives its parts this long to stop on SIGTERM (systemd's patience is longer,
 /// but a voice assistant that lingers is one that cannot be restarted quickly).

@@ -1,0 +1,81 @@
+//! The audio thread: the microphone's frames through the [`Listener`], what it completes
+//! out to the conversation task. It never waits on anything but the microphone, so the
+//! wake word is heard even while a reply is being worked out or spoken; the
+//! conversation task steers it only through [`Control`] messages.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+
+use super::listener::{Command, Heard, Listener};
+use super::systemd::Heartbeat;
+use crate::audio::{Capture, CaptureStatus};
+
+/// What the voice loop is told by the conversation task.
+pub(super) enum Control {
+    /// Listen for a command without the wake word, for this many milliseconds.
+    Listen(u64),
+    /// Stop listening for a command; wait for the wake word.
+    Cancel,
+    /// The command paused at this stream position sounds finished.
+    Finish(u64),
+}
+
+pub(super) struct AudioLoop {
+    pub(super) capture: Capture,
+    pub(super) listener: Listener,
+    pub(super) heard: mpsc::UnboundedSender<(Heard, Instant)>,
+    pub(super) paused: mpsc::UnboundedSender<Command>,
+    pub(super) control: Receiver<Control>,
+    pub(super) stop: watch::Receiver<bool>,
+    pub(super) beat: Heartbeat,
+    pub(super) status: Arc<Mutex<CaptureStatus>>,
+}
+
+impl AudioLoop {
+    pub(super) fn run(mut self) {
+        let mut status_at = Instant::now();
+        while !*self.stop.borrow() {
+            self.beat.beat();
+            while let Ok(control) = self.control.try_recv() {
+                match control {
+                    Control::Listen(ms) => self.listener.listen(ms),
+                    Control::Cancel => self.listener.cancel(),
+                    Control::Finish(end) => {
+                        if let Some(heard) = self.listener.finish(end)
+                            && self.heard.send((heard, Instant::now())).is_err()
+                        {
+                            return;
+                        }
+                    }
+                }
+            }
+            match self
+                .capture
+                .frames()
+                .recv_timeout(Duration::from_millis(100))
+            {
+                Ok(frame) => {
+                    if let Some(heard) = self.listener.push(&frame)
+                        && self.heard.send((heard, Instant::now())).is_err()
+                    {
+                        return;
+                    }
+                    if let Some(paused) = self.listener.take_pause()
+                        && self.paused.send(paused).is_err()
+                    {
+                        return;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            if status_at.elapsed() >= Duration::from_millis(500) {
+                status_at = Instant::now();
+                *self.status.lock().unwrap_or_else(|e| e.into_inner()) = self.capture.status();
+            }
+        }
+    }
+}
