@@ -16,10 +16,12 @@ use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
 use rumqttc::v5::{AsyncClient, Event, MqttOptions};
 use serde_json::Value;
+use strawberry_spoke::app::Parts;
 use strawberry_spoke::config::Config;
 use strawberry_spoke::daemon::Spoke;
-use strawberry_spoke::mqtt::{Link, LinkSettings, Role};
+use strawberry_spoke::mqtt::Role;
 use strawberry_spoke::skills::policy::NeverConfirm;
+use tokio_util::sync::CancellationToken;
 
 const CALLS: usize = 10_000;
 const WARMUP: usize = 500;
@@ -151,15 +153,19 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let spoke = rt.block_on(async { Spoke::start(&config, Arc::new(NeverConfirm), None).unwrap() });
+    let spoke = rt.block_on(async {
+        let parts = Parts::new(&config).unwrap();
+        Spoke::start(&parts, Arc::new(NeverConfirm), CancellationToken::new()).unwrap()
+    });
     // Device names are unique on the bus: the caller must not claim the server's.
     config.mqtt.device_id = "client".into();
     config.device.name = "Client".into();
     let link = rt.block_on(async {
-        let link = Link::start(
-            LinkSettings::from_config(&config).unwrap().unwrap(),
-            Role::Caller,
-        );
+        let link = Parts::new(&config)
+            .unwrap()
+            .link(Role::Caller)
+            .unwrap()
+            .unwrap();
         assert!(link.wait_ready(Duration::from_secs(5)).await);
         // Wait for the server's registration to be seen.
         let deadline = Instant::now() + Duration::from_secs(5);

@@ -25,13 +25,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use strawberry_spoke::agent::{Agent, TurnEvent};
+use strawberry_spoke::agent::TurnEvent;
+use strawberry_spoke::app::Parts;
 use strawberry_spoke::config::{Config, EndpointConfig};
 use strawberry_spoke::daemon::Spoke;
-use strawberry_spoke::mqtt::{Link, LinkSettings, Role};
-use strawberry_spoke::sandbox::Sandbox;
-use strawberry_spoke::skills::Registry;
+use strawberry_spoke::mqtt::Role;
 use strawberry_spoke::skills::policy::NeverConfirm;
+use strawberry_spoke::skills::watch::LiveRegistry;
+use tokio_util::sync::CancellationToken;
 
 /// Most RSS growth allowed between the early and the final measurement.
 const RSS_GROWTH_LIMIT: f64 = 0.05;
@@ -150,11 +151,11 @@ fn turns(bench: bool) -> bool {
         api_key_file: None,
         api_key_env: None,
     }];
-    let (registry, errors) = Registry::load(&config.skills.dir, &config.host_settings());
+    let parts = Parts::new(&config).unwrap();
+    let (registry, errors) = parts.skills_in(&config.skills.dir);
     assert!(errors.is_empty(), "{errors:?}");
-    let sandbox = Arc::new(Sandbox::new(config.sandbox.limits()).unwrap());
-    let hub = strawberry_spoke::hub::HubClient::new(&config.hub).unwrap();
-    let agent = Agent::new(&config, hub, sandbox, Arc::new(registry));
+    let skills = Arc::new(LiveRegistry::new(Arc::new(registry)));
+    let agent = parts.agent(skills, None, CancellationToken::new()).unwrap();
     // One session throughout, as a long conversation: its memory is bounded by the
     // prompt budget, so it must not grow either.
     let mut session = agent.session();
@@ -254,15 +255,19 @@ fn calls(bench: bool) -> bool {
         .enable_all()
         .build()
         .unwrap();
-    let spoke = rt.block_on(async { Spoke::start(&config, Arc::new(NeverConfirm), None).unwrap() });
+    let spoke = rt.block_on(async {
+        let parts = Parts::new(&config).unwrap();
+        Spoke::start(&parts, Arc::new(NeverConfirm), CancellationToken::new()).unwrap()
+    });
     // Device names are unique on the bus.
     config.mqtt.device_id = "client".into();
     config.device.name = "Client".into();
     let link = rt.block_on(async {
-        let link = Link::start(
-            LinkSettings::from_config(&config).unwrap().unwrap(),
-            Role::Caller,
-        );
+        let link = Parts::new(&config)
+            .unwrap()
+            .link(Role::Caller)
+            .unwrap()
+            .unwrap();
         assert!(link.wait_ready(Duration::from_secs(10)).await);
         let deadline = Instant::now() + Duration::from_secs(10);
         while !link.with_peers(|p| {

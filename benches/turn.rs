@@ -16,15 +16,17 @@ use std::path::Path;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use strawberry_spoke::agent::TurnEvent;
 use strawberry_spoke::agent::prompt::{self, PromptContext};
-use strawberry_spoke::agent::{Agent, TurnEvent};
+use strawberry_spoke::app::Parts;
 use strawberry_spoke::config::CodeMode;
 use strawberry_spoke::config::{Config, EndpointConfig};
 use strawberry_spoke::mqtt::PeerLimits;
 use strawberry_spoke::mqtt::peers::Peers;
 use strawberry_spoke::mqtt::protocol::Registration;
-use strawberry_spoke::sandbox::Sandbox;
 use strawberry_spoke::skills::Registry;
+use strawberry_spoke::skills::watch::LiveRegistry;
+use tokio_util::sync::CancellationToken;
 
 const NOUNS: [&str; 10] = [
     "light", "music", "timer", "alarm", "door", "window", "heater", "fan", "blind", "garden",
@@ -90,7 +92,8 @@ fn bench_catalogue(c: &mut Criterion, classes: usize, per_class: usize) {
         api_key_file: None,
         api_key_env: None,
     }];
-    let (registry, errors) = Registry::load(&config.skills.dir, &config.host_settings());
+    let parts = Parts::new(&config).unwrap();
+    let (registry, errors) = parts.skills_in(&config.skills.dir);
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(
         registry
@@ -101,9 +104,8 @@ fn bench_catalogue(c: &mut Criterion, classes: usize, per_class: usize) {
         functions
     );
     let registry = Arc::new(registry);
-    let sandbox = Arc::new(Sandbox::new(config.sandbox.limits()).unwrap());
-    let hub = strawberry_spoke::hub::HubClient::new(&config.hub).unwrap();
-    let agent = Agent::new(&config, hub, sandbox, registry.clone());
+    let live = Arc::new(LiveRegistry::new(registry.clone()));
+    let agent = parts.agent(live, None, CancellationToken::new()).unwrap();
 
     c.bench_function(&format!("turn/{functions}_functions"), |b| {
         b.iter(|| {

@@ -21,12 +21,14 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use serde_json::Value;
 
+use tokio_util::sync::CancellationToken;
+
+use crate::app::{PartError, Parts};
 use crate::config::Config;
 use crate::device::Device;
-use crate::host::services::Services;
+use crate::embed::SearchModel;
 use crate::mcp::Mcp;
-use crate::mqtt::{Link, LinkSettings, Role};
-use crate::sandbox::Sandbox;
+use crate::mqtt::{Link, Role};
 use crate::skills::policy::{AllowList, ConsoleConfirm};
 use crate::skills::watch::LiveRegistry;
 use crate::skills::{LoadError, Registry, SkillClass, SkillFunction};
@@ -245,7 +247,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Skills(cmd) => skills(&config, cmd),
         Command::Exec { file, code } => exec(&config, file.as_deref(), code),
         Command::Serve => {
-            runtime()?.block_on(crate::daemon::serve(&config, Arc::new(ConsoleConfirm)))?;
+            runtime()?.block_on(crate::daemon::serve(
+                cli.config.clone(),
+                config,
+                Arc::new(ConsoleConfirm),
+            ))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Run => {
@@ -302,20 +308,24 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// With a broker configured, a link that lets this process (and the skills it loaded,
-/// through `services`) call other spokes' skills; serving them is `serve`'s job. Waits
+/// The parts of a one-shot command: an embedding model that does not load leaves
+/// skill search lexical, said once (`run` and `serve` refuse to start instead).
+pub(crate) fn parts(config: &Config) -> Parts {
+    Parts::new(config).unwrap_or_else(|error| {
+        eprintln!("warning: {error}; searching by words only");
+        Parts::with_search(config, SearchModel::default())
+    })
+}
+
+/// With a broker configured, a link that lets this process (and the skills it loaded
+/// from `parts`) call other spokes' skills; serving them is `serve`'s job. Waits
 /// briefly for the connection; without it only local skills are reachable, which is
 /// said once.
-fn caller_link(
-    rt: &tokio::runtime::Runtime,
-    config: &Config,
-    services: &Services,
-) -> Result<Option<Link>> {
-    let Some(settings) = LinkSettings::from_config(config)? else {
-        return Ok(None);
-    };
+fn caller_link(rt: &tokio::runtime::Runtime, parts: &Parts) -> Result<Option<Link>> {
     let link = rt.block_on(async {
-        let link = Link::start(settings, Role::Caller);
+        let Some(link) = parts.link(Role::Caller)? else {
+            return Ok::<_, PartError>(None);
+        };
         if !link.wait_ready(LINK_WAIT).await {
             tracing::warn!(
                 "not connected to the MQTT broker after {LINK_WAIT:?}; only local skills are reachable"
@@ -325,10 +335,9 @@ fn caller_link(
                 "other spokes' skills are not yet embedded for search by meaning after {INDEX_WAIT:?}; they are searched by their words"
             );
         }
-        link
-    });
-    services.set_household(Arc::new(link.clone()));
-    Ok(Some(link))
+        Ok(Some(link))
+    })?;
+    Ok(link)
 }
 
 fn init_logging(config: &Config) {
@@ -367,12 +376,8 @@ fn init_logging(config: &Config) {
 }
 
 /// Loads the skill folder; broken files are reported and skipped.
-pub(crate) fn load_skills(config: &Config, dir: &Path) -> Registry {
-    // A model that does not load leaves the search lexical; `run` refuses to start.
-    if let Err(error) = crate::embed::install(config.search.embedding_model.as_deref()) {
-        eprintln!("warning: {error}; searching by words only");
-    }
-    let (registry, errors) = Registry::load(dir, &config.host_settings());
+pub(crate) fn load_skills(parts: &Parts, dir: &Path) -> Registry {
+    let (registry, errors) = parts.skills_in(dir);
     report_load_errors(&errors);
     registry
 }
@@ -386,9 +391,10 @@ fn report_load_errors(errors: &[LoadError]) {
 fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
     // What other devices may call here: the `@remote` marks and mqtt.remote_allow.
     let remote = AllowList::new(config.mqtt.remote_allow.clone());
+    let parts = parts(config);
     match cmd {
         SkillsCommand::List => {
-            let registry = load_skills(config, &config.skills.dir);
+            let registry = load_skills(&parts, &config.skills.dir);
             let mut out = String::new();
             for skill in registry.classes() {
                 out.push_str(&format!("{}  {}\n", skill.name, skill.summary));
@@ -408,7 +414,7 @@ fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         SkillsCommand::Info { name } => {
-            let registry = load_skills(config, &config.skills.dir);
+            let registry = load_skills(&parts, &config.skills.dir);
             if let Some(skill) = registry.class(&name) {
                 print_out(&render_class(skill, &remote))?;
                 return Ok(ExitCode::SUCCESS);
@@ -425,7 +431,7 @@ fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
             }
         }
         SkillsCommand::Call { name, args } => {
-            let registry = load_skills(config, &config.skills.dir);
+            let registry = load_skills(&parts, &config.skills.dir);
             let args = parse_call_args(&args)?;
             let f = match registry.function(&name) {
                 Ok(f) => f,
@@ -447,11 +453,11 @@ fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
         }
         SkillsCommand::Suggest { dir, write } => {
             let dir = dir.unwrap_or_else(|| config.skills.dir.clone());
-            suggest::suggest(config, &dir, write)
+            suggest::suggest(&parts, &dir, write)
         }
         SkillsCommand::Check { dir } => {
             let dir = dir.unwrap_or_else(|| config.skills.dir.clone());
-            let (registry, errors) = Registry::load(&dir, &config.host_settings());
+            let (registry, errors) = parts.skills_in(&dir);
             let mut out = String::new();
             for skill in registry.classes() {
                 out.push_str(&render_class(skill, &remote));
@@ -556,14 +562,16 @@ fn exec(config: &Config, file: Option<&Path>, code: Option<String>) -> Result<Ex
         (None, None) if !std::io::stdin().is_terminal() => read_stdin()?,
         (None, None) => bail!("nothing to run: give a FILE, `-` for standard input, or -e CODE"),
     };
-    let sandbox = Sandbox::new(config.sandbox.limits()).context("cannot start the sandbox")?;
-    let registry = Arc::new(load_skills(config, &config.skills.dir));
-    let services = registry.settings().services.clone();
-    let skills = Arc::new(LiveRegistry::new(registry));
+    let parts = parts(config);
+    let sandbox = parts.sandbox()?;
+    let skills = Arc::new(LiveRegistry::new(Arc::new(load_skills(
+        &parts,
+        &config.skills.dir,
+    ))));
     let rt = runtime()?;
-    let mcp = rt.block_on(start_mcp(config, &skills))?;
+    let mcp = rt.block_on(start_mcp(&parts, &skills))?;
     let mut device = Device::live(config.device.name.clone(), skills, Arc::new(ConsoleConfirm));
-    let link = caller_link(&rt, config, &services)?;
+    let link = caller_link(&rt, &parts)?;
     if let Some(link) = &link {
         device = device.with_link(link.clone());
     }
@@ -594,11 +602,11 @@ fn exec(config: &Config, file: Option<&Path>, code: Option<String>) -> Result<Ex
 
 /// Starts the MCP servers of `mcp.config_file` and waits for their first start
 /// (at most `mcp.start_timeout_ms`): a one-shot command has no later to wait for.
-pub(crate) async fn start_mcp(config: &Config, skills: &Arc<LiveRegistry>) -> Result<Option<Mcp>> {
-    let Some(mcp) = Mcp::start(&config.mcp, skills.clone(), || {})? else {
+pub(crate) async fn start_mcp(parts: &Parts, skills: &Arc<LiveRegistry>) -> Result<Option<Mcp>> {
+    let Some(mcp) = parts.mcp(skills, || {}, &CancellationToken::new())? else {
         return Ok(None);
     };
-    let limit = std::time::Duration::from_millis(config.mcp.start_timeout_ms);
+    let limit = std::time::Duration::from_millis(parts.config().mcp.start_timeout_ms);
     if !mcp.wait_started(limit).await {
         tracing::warn!("not every MCP server started within {limit:?} (mcp.start_timeout_ms)");
     }

@@ -12,39 +12,45 @@
 //! within a slice. The time a call takes is never charged to the sandboxed script's
 //! own budget (`sandbox.timeout_ms`); it is charged to the run's total.
 //!
-//! This is the one way a run is stopped: the turn owns the token (dropping or
-//! aborting the turn cancels it, see [`Cancel::cancel_on_drop`]), the sandbox's clock
-//! and every blocking wait read it.
+//! This is the one way a run is stopped: its token is a child in the daemon's
+//! cancellation tree (see `docs/architecture.md`, "How stopping works"), so shutting
+//! the daemon down cancels it; the turn also cancels it when it is dropped (barge-in,
+//! see [`Cancel::cancel_on_drop`]); the sandbox's clock and every blocking wait read it.
 
 use std::cell::RefCell;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
 
 /// Longest a blocking wait on behalf of a run goes without re-checking [`expired`]:
 /// how late a cancellation may be noticed.
 pub const SLICE: Duration = Duration::from_millis(50);
 
-/// Cancels one sandbox run from another thread or task. Cheap to clone; all clones
-/// share one flag, which is never reset.
+/// Cancels one sandbox run (or transcription) from another thread or task. Cheap to
+/// clone; all clones share one token, which is never reset.
 #[derive(Debug, Clone, Default)]
-pub struct Cancel(Arc<AtomicBool>);
+pub struct Cancel(CancellationToken);
 
 impl Cancel {
-    /// A token that is not cancelled yet.
+    /// A token of its own, not cancelled yet (a one-shot command's run).
     pub fn new() -> Cancel {
         Cancel::default()
+    }
+
+    /// A token that is also cancelled when `parent` is (the daemon stopping).
+    pub fn child_of(parent: &CancellationToken) -> Cancel {
+        Cancel(parent.child_token())
     }
 
     /// Asks the run to stop: the sandbox ends it at its next clock tick, and every
     /// wait on its behalf stops within a [`SLICE`].
     pub fn cancel(&self) {
-        self.0.store(true, Ordering::Relaxed);
+        self.0.cancel();
     }
 
-    /// Whether [`Cancel::cancel`] was called.
+    /// Whether it was cancelled, itself or through its parent.
     pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.0.is_cancelled()
     }
 
     /// A guard that cancels this token when dropped: held by the async task that waits

@@ -27,7 +27,7 @@ use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 
@@ -900,39 +900,70 @@ impl Semantic {
     }
 }
 
-static INSTALLED: OnceLock<Option<Arc<Semantic>>> = OnceLock::new();
+/// The embedding model a configuration asked for (`search.embedding_model`), loaded
+/// once per configuration and handed to what indexes skills (the registry, the MQTT
+/// link's index of other spokes' skills). Empty: skill search is lexical only.
+#[derive(Debug, Clone, Default)]
+pub struct SearchModel {
+    dir: Option<PathBuf>,
+    semantic: Option<Arc<Semantic>>,
+}
 
-/// Sets this process's embedding model from `search.embedding_model` (once; later calls
-/// keep the first). `None` means lexical search only, said once in the log.
-pub fn install(dir: Option<&Path>) -> Result<(), EmbedError> {
-    if INSTALLED.get().is_some() {
-        return Ok(());
+/// The same model: the same folder, loaded once.
+impl PartialEq for SearchModel {
+    fn eq(&self, other: &SearchModel) -> bool {
+        self.dir == other.dir
+            && match (&self.semantic, &other.semantic) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            }
     }
-    let semantic = match dir.filter(|d| !d.as_os_str().is_empty()) {
-        Some(dir) => {
-            let started = std::time::Instant::now();
-            let semantic = Semantic::load(dir)?;
-            tracing::info!(
-                model = %dir.display(),
-                load_ms = started.elapsed().as_millis() as u64,
-                "skill search by meaning: embedding model loaded"
-            );
-            Some(Arc::new(semantic))
+}
+
+impl SearchModel {
+    /// Loads the model in `dir`; `None` (or an empty path) means lexical search only,
+    /// said in the log. When `previous` was loaded from the same folder it is kept
+    /// rather than read again (a configuration reload that did not change it).
+    pub fn load(
+        dir: Option<&Path>,
+        previous: Option<&SearchModel>,
+    ) -> Result<SearchModel, EmbedError> {
+        let dir = dir.filter(|d| !d.as_os_str().is_empty());
+        if let Some(previous) = previous.filter(|p| p.dir.as_deref() == dir) {
+            return Ok(previous.clone());
         }
-        None => {
+        let Some(dir) = dir else {
             tracing::warn!(
                 "skill search is lexical only: no embedding model configured (set search.embedding_model to the folder of all-MiniLM-L6-v2: `strawberry-spoke model fetch minilm`; docs/skills.md, \"Finding skills\")"
             );
-            None
-        }
-    };
-    let _ = INSTALLED.set(semantic);
-    Ok(())
-}
+            return Ok(SearchModel::default());
+        };
+        let started = std::time::Instant::now();
+        let semantic = Semantic::load(dir)?;
+        tracing::info!(
+            model = %dir.display(),
+            load_ms = started.elapsed().as_millis() as u64,
+            "skill search by meaning: embedding model loaded"
+        );
+        Ok(SearchModel {
+            dir: Some(dir.to_path_buf()),
+            semantic: Some(Arc::new(semantic)),
+        })
+    }
 
-/// The process's embedding model, if one was installed.
-pub fn installed() -> Option<Arc<Semantic>> {
-    INSTALLED.get().cloned().flatten()
+    /// A model already loaded (tests, benchmarks).
+    pub fn of(semantic: Arc<Semantic>) -> SearchModel {
+        SearchModel {
+            dir: None,
+            semantic: Some(semantic),
+        }
+    }
+
+    /// The model, unless search is lexical only.
+    pub fn semantic(&self) -> Option<Arc<Semantic>> {
+        self.semantic.clone()
+    }
 }
 
 #[cfg(test)]

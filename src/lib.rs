@@ -33,6 +33,7 @@
 //! - [`cli`]: the command line.
 
 pub mod agent;
+pub mod app;
 pub mod audio;
 pub mod cli;
 pub mod config;

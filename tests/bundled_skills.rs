@@ -512,9 +512,9 @@ fn speaking_needs_a_voice_and_respects_quiet_hours() {
     let (tx, mut rx) = tokio::sync::mpsc::channel(4);
     let settings = strawberry_spoke::host::HostSettings {
         quiet_hours: Some(quiet),
+        services: strawberry_spoke::host::services::Services::with_speech(tx),
         ..support::settings(dir.path())
     };
-    settings.services.set_speech(tx);
     let speaker = Skill::load_with("speaker.rhai", settings.clone());
     if !quiet.now() {
         return; // the last minute of the day

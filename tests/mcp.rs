@@ -86,7 +86,8 @@ impl Servers {
         let live = Arc::new(LiveRegistry::new(Arc::new(registry)));
         let mcp = {
             let _inside = rt.enter();
-            Mcp::start(&config, live.clone(), || {})?.expect("a servers file is configured")
+            Mcp::start(&config, live.clone(), || {}, &Default::default())?
+                .expect("a servers file is configured")
         };
         Ok(Servers {
             rt,
@@ -496,10 +497,11 @@ fn a_server_that_never_answers_does_not_hold_up_the_spoke() {
     let started = Instant::now();
     let spoke = rt
         .block_on(async {
+            let parts = strawberry_spoke::app::Parts::new(&config)?;
             strawberry_spoke::daemon::Spoke::start(
-                &config,
+                &parts,
                 Arc::new(strawberry_spoke::skills::policy::NeverConfirm),
-                None,
+                tokio_util::sync::CancellationToken::new(),
             )
         })
         .unwrap();

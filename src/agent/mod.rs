@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::{AgentConfig, CodeMode, Config};
@@ -105,6 +106,8 @@ pub struct Agent {
     device_name: String,
     mode: CodeMode,
     config: AgentConfig,
+    /// The part of the cancellation tree runs hang from: cancelled, every run stops.
+    stop: CancellationToken,
 }
 
 static TURN_IDS: AtomicU64 = AtomicU64::new(1);
@@ -135,7 +138,15 @@ impl Agent {
             device_name: config.device.name.clone(),
             mode: config.hub.mode,
             config: config.agent.clone(),
+            stop: CancellationToken::new(),
         }
+    }
+
+    /// Hangs the sandbox runs of this agent's turns from `stop` (the daemon's tree):
+    /// cancelling it stops a run in progress.
+    pub fn with_stop(mut self, stop: CancellationToken) -> Self {
+        self.stop = stop;
+        self
     }
 
     /// Lets model code reach the skills of other spokes through `link`.
@@ -374,7 +385,7 @@ impl Agent {
         let sandbox = self.sandbox.clone();
         let device = device.clone();
         let code = code.to_string();
-        let cancel = Cancel::new();
+        let cancel = Cancel::child_of(&self.stop);
         let _stop_with_the_turn = cancel.cancel_on_drop();
         tokio::task::spawn_blocking(move || {
             sandbox.run_cancellable(&code, device.as_ref(), &cancel)

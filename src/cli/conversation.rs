@@ -11,47 +11,31 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use rustyline::error::ReadlineError;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
-use super::{caller_link, load_skills, print_out, runtime, start_mcp};
+use super::{caller_link, load_skills, parts, print_out, runtime, start_mcp};
 use crate::agent::{Agent, Session, TurnEvent};
 use crate::config::Config;
-use crate::host::services::Services;
-use crate::hub::HubClient;
 use crate::mcp::Mcp;
 use crate::mqtt::Link;
-use crate::sandbox::Sandbox;
 use crate::skills::policy::{Asking, Confirm, ConsoleConfirm};
 use crate::skills::watch::LiveRegistry;
 
-/// The agent, and the services its skills use (the link is added to them later);
-/// with the MCP servers, started on `runtime`, among its skills.
+/// The agent over the configured skills and the MCP servers (started on `runtime`),
+/// reaching other spokes' skills too when a broker is configured.
 fn agent(
     config: &Config,
     runtime: &tokio::runtime::Runtime,
-) -> Result<(Agent, Services, Option<Mcp>)> {
-    let hub = HubClient::new(&config.hub)?;
-    let sandbox = Sandbox::new(config.sandbox.limits()).context("cannot start the sandbox")?;
-    let registry = Arc::new(load_skills(config, &config.skills.dir));
-    let services = registry.settings().services.clone();
-    let skills = Arc::new(LiveRegistry::new(registry));
-    let mcp = runtime.block_on(start_mcp(config, &skills))?;
-    Ok((
-        Agent::live(config, hub, Arc::new(sandbox), skills),
-        services,
-        mcp,
-    ))
-}
-
-/// With a broker configured, model code reaches other spokes' skills too.
-fn connect(
-    runtime: &tokio::runtime::Runtime,
-    config: &Config,
-    (agent, services): (Agent, Services),
-) -> Result<(Agent, Option<Link>)> {
-    Ok(match caller_link(runtime, config, &services)? {
-        Some(link) => (agent.with_link(link.clone()), Some(link)),
-        None => (agent, None),
-    })
+) -> Result<(Agent, Option<Link>, Option<Mcp>)> {
+    let parts = parts(config);
+    let skills = Arc::new(LiveRegistry::new(Arc::new(load_skills(
+        &parts,
+        &config.skills.dir,
+    ))));
+    let mcp = runtime.block_on(start_mcp(&parts, &skills))?;
+    let link = caller_link(runtime, &parts)?;
+    let agent = parts.agent(skills, link.as_ref(), CancellationToken::new())?;
+    Ok((agent, link, mcp))
 }
 
 fn disconnect(runtime: &tokio::runtime::Runtime, link: Option<Link>, mcp: Option<Mcp>) {
@@ -66,8 +50,7 @@ fn disconnect(runtime: &tokio::runtime::Runtime, link: Option<Link>, mcp: Option
 /// `ask "text"`: one turn; exit 0 when it succeeded, 2 when it failed.
 pub fn ask(config: &Config, text: &str) -> Result<ExitCode> {
     let runtime = runtime()?;
-    let (agent, services, mcp) = agent(config, &runtime)?;
-    let (agent, link) = connect(&runtime, config, (agent, services))?;
+    let (agent, link, mcp) = agent(config, &runtime)?;
     let mut session = agent.session();
     let ok = runtime.block_on(turn(&agent, &mut session, text));
     disconnect(&runtime, link, mcp);
@@ -84,8 +67,7 @@ pub fn ask(config: &Config, text: &str) -> Result<ExitCode> {
 /// in the daemon would.
 pub fn prompt(config: &Config, text: &str) -> Result<ExitCode> {
     let runtime = runtime()?;
-    let (agent, services, mcp) = agent(config, &runtime)?;
-    let (agent, link) = connect(&runtime, config, (agent, services))?;
+    let (agent, link, mcp) = agent(config, &runtime)?;
     if link.is_none() {
         eprintln!(
             "note: no MQTT broker configured (mqtt.broker): the prompt shows this device's skills only"
@@ -101,8 +83,7 @@ pub fn prompt(config: &Config, text: &str) -> Result<ExitCode> {
 /// `chat`: turns over one session until `/quit` or end of input.
 pub fn chat(config: &Config) -> Result<ExitCode> {
     let runtime = runtime()?;
-    let (agent, services, mcp) = agent(config, &runtime)?;
-    let (agent, link) = connect(&runtime, config, (agent, services))?;
+    let (agent, link, mcp) = agent(config, &runtime)?;
     let ended = converse(config, &runtime, &agent);
     disconnect(&runtime, link, mcp);
     ended

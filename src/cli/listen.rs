@@ -10,23 +10,21 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
+use tokio_util::sync::CancellationToken;
 
-use super::{caller_link, load_skills, print_out, runtime};
-use crate::agent::{Agent, TurnEvent};
+use super::{caller_link, load_skills, parts, print_out, runtime};
+use crate::agent::TurnEvent;
 use crate::audio::Frame;
-use crate::audio::playback::{Output, Player, WavSink};
+use crate::audio::playback::{Output, WavSink};
 use crate::audio::wav::{frames, read_wav_16k};
 use crate::audio::{SAMPLE_RATE, ms_to_samples};
 use crate::config::Config;
 use crate::daemon::listener::{Command, Guess, Heard, Listener};
-use crate::daemon::pipeline::{Ear, Pipeline, Step, clean_transcript};
+use crate::daemon::pipeline::{Ear, Step, clean_transcript};
 use crate::daemon::turn_end::sounds_finished;
-use crate::hub::HubClient;
-use crate::sandbox::Sandbox;
+use crate::skills::watch::LiveRegistry;
 use crate::stt::Transcriber;
-use crate::tts::{Speaker, Synth};
-use crate::wake::Detector;
 
 fn secs(at: u64) -> f64 {
     at as f64 / f64::from(SAMPLE_RATE)
@@ -129,47 +127,37 @@ pub fn listen(config: &Config, file: &Path, out: Option<&Path>, no_wake: bool) -
         ms_to_samples(config.vad.hangover_ms.max(config.vad.mid_sentence_ms) + 1_000),
     ));
     let loaded = Instant::now();
-    let transcriber = Arc::new(Transcriber::load(&config.stt.settings())?);
-    let word = config.wake.word()?;
-    let detector = Detector::with_word(&config.wake.settings(), &word)?;
-    let synth = Synth::new(&config.tts.settings())?;
-    let volume = config.audio.volume as f32 / 100.0;
-    let sink = out.map(|path| Arc::new(WavSink::new(path, volume)));
+    let parts = parts(config);
+    let transcriber = Arc::new(parts.transcriber()?);
+    let (_, detector) = parts.wake_word()?;
+    let sink = out.map(|path| Arc::new(WavSink::new(path, parts.volume())));
     let output: Arc<dyn Output> = match &sink {
         Some(sink) => sink.clone(),
-        None => Arc::new(Player::start(&config.audio.output, volume)?),
+        None => Arc::new(parts.player()?),
     };
-    let speaker = Arc::new(Speaker::start(synth, output, config.audio.cues)?);
+    let speaker = Arc::new(parts.speaker(output)?);
     let rt = runtime()?;
-    let hub = HubClient::new(&config.hub)?;
-    let sandbox = Sandbox::new(config.sandbox.limits()).context("cannot start the sandbox")?;
-    let registry = Arc::new(load_skills(config, &config.skills.dir));
-    let services = registry.settings().services.clone();
-    let mut agent = Agent::new(config, hub, Arc::new(sandbox), registry);
-    let link = caller_link(&rt, config, &services)?;
-    if let Some(link) = &link {
-        agent = agent.with_link(link.clone());
-    }
-    let pipeline = Pipeline::new(
-        transcriber.clone(),
-        agent,
-        speaker,
-        &config.wake.stop_phrases,
-    );
-    let mut listener = Listener::new(detector, config.vad.settings(), config.audio.pre_roll_ms);
+    let skills = Arc::new(LiveRegistry::new(Arc::new(load_skills(
+        &parts,
+        &config.skills.dir,
+    ))));
+    let link = caller_link(&rt, &parts)?;
+    let agent = parts.agent(skills, link.as_ref(), CancellationToken::new())?;
+    let mut listener = parts.listener(detector);
     if no_wake {
         listener.listen(config.vad.no_speech_timeout_ms);
     }
     let recording = Arc::new(Mutex::new(Recording {
         listener,
         frames: frames(&samples, 0).collect::<Vec<_>>().into_iter(),
-        transcriber,
+        transcriber: transcriber.clone(),
         guess: Guess::default(),
     }));
-    pipeline.set_ear(Arc::new(RecordingEar {
+    let ear = RecordingEar {
         recording: recording.clone(),
         window_ms: config.vad.confirm_ms,
-    }));
+    };
+    let pipeline = parts.pipeline(transcriber, agent, speaker, Some(Arc::new(ear)));
     say(format!(
         "ready in {:.2} s; {:.2} s of audio from {}",
         loaded.elapsed().as_secs_f64(),

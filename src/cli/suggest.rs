@@ -11,16 +11,18 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 
 use super::{print_out, report_load_errors, runtime};
+use crate::app::Parts;
 use crate::config::Config;
 use crate::hub::{ChatMessage, HubClient};
-use crate::skills::{Registry, SkillClass, SkillFunction};
+use crate::skills::{SkillClass, SkillFunction};
 use draft::{PER_QUESTION, Suggestion};
 
 /// Asks for every class with functions lacking `@request` lines, [`PER_QUESTION`]
 /// functions a question; `write` puts them into the files (each file checked to still
 /// load, or left as it was). Exit 2 when an answer was unusable or a file not written.
-pub fn suggest(config: &Config, dir: &Path, write: bool) -> Result<ExitCode> {
-    let (registry, errors) = Registry::load(dir, &config.host_settings());
+pub fn suggest(parts: &Parts, dir: &Path, write: bool) -> Result<ExitCode> {
+    let config = parts.config();
+    let (registry, errors) = parts.skills_in(dir);
     report_load_errors(&errors);
     let asking: Vec<&SkillClass> = registry
         .classes()
@@ -38,7 +40,7 @@ pub fn suggest(config: &Config, dir: &Path, write: bool) -> Result<ExitCode> {
         ))?;
         return Ok(ExitCode::SUCCESS);
     }
-    let hub = HubClient::new(&config.hub)?;
+    let hub = parts.hub()?;
     let rt = runtime()?;
     let mut failed = false;
     for class in asking {
@@ -56,7 +58,7 @@ pub fn suggest(config: &Config, dir: &Path, write: bool) -> Result<ExitCode> {
             continue;
         }
         if write {
-            if let Err(error) = write_into(class, &suggestions, config) {
+            if let Err(error) = write_into(class, &suggestions, parts) {
                 eprintln!("{}: {error:#}", class.file.display());
                 failed = true;
             }
@@ -122,13 +124,13 @@ fn ask(
 
 /// Adds the lines to the class's file; if the file no longer loads (it should), puts
 /// the old text back and says why.
-fn write_into(class: &SkillClass, suggestions: &[Suggestion], config: &Config) -> Result<()> {
+fn write_into(class: &SkillClass, suggestions: &[Suggestion], parts: &Parts) -> Result<()> {
     let path = &class.file;
     let old =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     std::fs::write(path, draft::insert(&old, suggestions)?)
         .with_context(|| format!("cannot write {}", path.display()))?;
-    if let Err(error) = Registry::load_file(path, &config.host_settings()) {
+    if let Err(error) = parts.skill_file(path) {
         std::fs::write(path, &old).with_context(|| format!("cannot restore {}", path.display()))?;
         bail!("{error}: the suggested lines broke it, so it was left as it was");
     }

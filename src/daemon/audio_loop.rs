@@ -7,7 +7,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::listener::{Command, Heard, Listener};
 use super::systemd::Heartbeat;
@@ -29,7 +30,7 @@ pub(super) struct AudioLoop {
     pub(super) heard: mpsc::UnboundedSender<(Heard, Instant)>,
     pub(super) paused: mpsc::UnboundedSender<Command>,
     pub(super) control: Receiver<Control>,
-    pub(super) stop: watch::Receiver<bool>,
+    pub(super) stop: CancellationToken,
     pub(super) beat: Heartbeat,
     pub(super) status: Arc<Mutex<CaptureStatus>>,
 }
@@ -37,7 +38,7 @@ pub(super) struct AudioLoop {
 impl AudioLoop {
     pub(super) fn run(mut self) {
         let mut status_at = Instant::now();
-        while !*self.stop.borrow() {
+        while !self.stop.is_cancelled() {
             self.beat.beat();
             while let Ok(control) = self.control.try_recv() {
                 match control {

@@ -5,17 +5,19 @@
 //! queued behind it, a question's open answer, a ring, a round, speech waiting to be
 //! said) and is the only place that tells the audio thread what to listen for. Each
 //! decision is made by [`super::routing`] over a snapshot of that state; this file
-//! carries the decisions out. Aborting the turn's task is the one way a turn is stopped
-//! (barge-in, shutdown); the agent turns that into cancelling the sandbox run on its
-//! blocking thread, see [`crate::agent`].
+//! carries the decisions out. A turn is stopped (barge-in, shutdown) by cancelling its
+//! token, a child of the loop's: its task then drops the turn, which cancels the
+//! transcription and the sandbox run on their blocking threads (see [`crate::agent`]).
+//! Every task it starts is awaited before it ends.
 
 use std::collections::VecDeque;
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::arbiter::{Arbiter, Round, next_claim};
@@ -30,6 +32,7 @@ use super::voice::{VoiceSettings, capture_note};
 use crate::agent::TurnEvent;
 use crate::audio::cues::Cue;
 use crate::audio::{CaptureStatus, SAMPLE_RATE};
+use crate::deadline::Cancel;
 use crate::host::spoken::Spoken;
 use crate::stt::Transcript;
 use crate::wake::Detection;
@@ -43,7 +46,10 @@ pub(super) struct Conversation {
     pub(super) asks: mpsc::UnboundedReceiver<oneshot::Sender<Option<Command>>>,
     /// Where the next command (or silence) goes instead of starting a turn.
     pub(super) answer: Option<oneshot::Sender<Option<Command>>>,
-    pub(super) stop: watch::Receiver<bool>,
+    /// Cancelled when the loop stops; turns and transcriptions hang from it.
+    pub(super) stop: CancellationToken,
+    /// Stopped turns and pause transcriptions still ending: awaited before the task ends.
+    pub(super) ending: JoinSet<()>,
     pub(super) beat: Heartbeat,
     pub(super) notifier: Arc<Notifier>,
     pub(super) capture_status: Arc<Mutex<CaptureStatus>>,
@@ -89,7 +95,10 @@ async fn sleep_until_some(at: Option<Instant>) {
 
 /// A turn in progress.
 struct Turn {
-    task: JoinHandle<Outcome>,
+    /// Its result; `None` when it was stopped.
+    task: JoinHandle<Option<Outcome>>,
+    /// Stops it.
+    stop: CancellationToken,
     started: Instant,
 }
 
@@ -113,13 +122,31 @@ impl Conversation {
         let span = tracing::info_span!("command", id);
         let secs = |at: u64| at as f64 / f64::from(SAMPLE_RATE);
         tracing::info!(parent: &span, speech_s = format!("{:.2}-{:.2}", secs(command.start), secs(command.end)), cut = command.cut, "command heard");
+        let stop = self.stop.child_token();
+        let stopped = stop.clone();
         let task = tokio::spawn(
-            async move { pipeline.respond(command, heard_at, &log_step).await }.instrument(span),
+            async move {
+                tokio::select! {
+                    _ = stopped.cancelled() => None,
+                    outcome = pipeline.respond(command, heard_at, &log_step) => Some(outcome),
+                }
+            }
+            .instrument(span),
         );
         Turn {
             task,
+            stop,
             started: Instant::now(),
         }
+    }
+
+    /// Stops `turn`; it ends in the background and is awaited before the loop ends.
+    fn stop_turn(&mut self, turn: Turn) {
+        turn.stop.cancel();
+        let task = turn.task;
+        self.ending.spawn(async move {
+            let _ = task.await;
+        });
     }
 
     /// A turn wants the answer to its question: listen without the wake word.
@@ -272,9 +299,13 @@ impl Conversation {
             }
             Route::CheckStop(command) => {
                 let pipeline = self.pipeline.clone();
-                *stop_check = Some(tokio::spawn(
-                    async move { pipeline.says_stop(command).await },
-                ));
+                let stopped = self.stop.clone();
+                *stop_check = Some(tokio::spawn(async move {
+                    tokio::select! {
+                        _ = stopped.cancelled() => false,
+                        said = pipeline.says_stop(command) => said,
+                    }
+                }));
             }
             Route::ListenOn => self.listen_while_ringing(),
             Route::Wake {
@@ -319,10 +350,11 @@ impl Conversation {
         self.judging = Some(command.end);
         let stt = self.pipeline.transcriber().clone();
         let done = self.judged_tx.clone();
-        tokio::task::spawn_blocking(move || {
+        let cancel = Cancel::child_of(&self.stop);
+        self.ending.spawn_blocking(move || {
             // Always answered, even if whisper panics: the loop waits for it.
             let transcript = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                stt.transcribe(&command.samples)
+                stt.transcribe_cancellable(&command.samples, &cancel)
             }));
             let transcript = match transcript {
                 Ok(Ok(transcript)) => Some(transcript),
@@ -371,7 +403,7 @@ impl Conversation {
         tracing::info!(word = %detection.name, score = format!("{:.2}", detection.score), proximity_db = format!("{:.1}", detection.proximity_db), busy, "wake word");
         if busy && self.settings.interrupt {
             if let Some(t) = turn.take() {
-                t.task.abort();
+                self.stop_turn(t);
             }
             self.pipeline.speaker().stop();
             tracing::info!("interrupted: listening for a new command");
@@ -444,7 +476,7 @@ impl Conversation {
         loop {
             let round_ends = self.round.as_ref().map(|r| r.decide_at);
             tokio::select! {
-                _ = self.stop.changed() => break,
+                _ = self.stop.cancelled() => break,
                 Some(reply) = self.asks.recv() => self.listen_for_answer(reply),
                 Some(item) = self.spoken.recv() => {
                     self.later.push_back(item);
@@ -485,7 +517,8 @@ impl Conversation {
                     turn = None;
                     release_memory();
                     let ended = match outcome {
-                        Ok(outcome) => Ended::Done(outcome),
+                        Ok(Some(outcome)) => Ended::Done(outcome),
+                        Ok(None) => Ended::Cancelled,
                         Err(error) if error.is_cancelled() => Ended::Cancelled,
                         Err(error) => {
                             tracing::error!("the turn stopped unexpectedly: {error}");
@@ -516,6 +549,7 @@ impl Conversation {
                         self.beat.beat();
                     }
                     self.keep_ringing();
+                    while self.ending.try_join_next().is_some() {}
                     let note = capture_note(&self.capture_status.lock().unwrap_or_else(|e| e.into_inner()));
                     match note {
                         Some(note) => self.show(&note),
@@ -526,9 +560,13 @@ impl Conversation {
             }
         }
         if let Some(t) = turn {
-            t.task.abort();
+            self.stop_turn(t);
+        }
+        if let Some(check) = stop_check {
+            let _ = check.await;
         }
         self.pipeline.speaker().stop();
+        while self.ending.join_next().await.is_some() {}
     }
 }
 

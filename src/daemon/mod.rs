@@ -21,6 +21,7 @@ pub mod phrases;
 pub mod pipeline;
 mod ringing;
 mod routing;
+mod signals;
 pub mod systemd;
 pub mod turn_end;
 pub mod voice;
@@ -30,64 +31,31 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
-use crate::agent::Agent;
-use crate::audio::Capture;
-use crate::audio::playback::{Output, Player};
+use crate::app::{PartError, Parts};
+use crate::audio::playback::Output;
 use crate::config::{Config, ConfigError};
 use crate::host::schedule::{ScheduleFile, Scheduler};
 use crate::host::spoken::Spoken;
-use crate::hub::{HubClient, HubError};
-use crate::mqtt::{Link, LinkSettings, MqttError, Role};
-use crate::sandbox::Sandbox;
+use crate::mqtt::{Link, Role};
 use crate::skills::policy::{Confirm, NeverConfirm};
-use crate::skills::watch::{LiveRegistry, Watcher};
-use crate::stt::{SttError, Transcriber};
-use crate::tts::{Speaker, Synth, TtsError};
-use crate::wake::{Detector, WakeError};
-use listener::Listener;
-use pipeline::Pipeline;
+use crate::skills::watch::LiveRegistry;
+use signals::{Signal, Signals};
 use systemd::Notifier;
-use voice::{Ears, Voice, VoiceSettings};
-
-/// `run` gives its parts this long to stop on SIGTERM (systemd's patience is longer,
-/// but a voice assistant that lingers is one that cannot be restarted quickly).
-const SHUTDOWN_LIMIT: Duration = Duration::from_millis(1_800);
+use voice::{Ears, Voice};
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
-    /// The MQTT settings are unusable.
-    #[error(transparent)]
-    Mqtt(#[from] MqttError),
     /// Signal handlers could not be installed.
     #[error("cannot listen for SIGTERM/SIGINT/SIGHUP: {0}")]
     Signals(std::io::Error),
-    /// The speech-to-text model could not be loaded.
+    /// A part could not be made.
     #[error(transparent)]
-    Stt(#[from] SttError),
-    /// The wake word could not be loaded.
-    #[error(transparent)]
-    Wake(#[from] WakeError),
-    /// The speech engine is unusable.
-    #[error("{0} (or set tts.engine = \"none\" to run without speech)")]
-    Tts(#[from] TtsError),
-    /// The hub settings are unusable.
-    #[error(transparent)]
-    Hub(#[from] HubError),
-    /// The sandbox could not start.
-    #[error("cannot start the sandbox: {0}")]
-    Sandbox(String),
-    /// A thread could not be started.
-    #[error("cannot start a thread: {0}")]
-    Thread(std::io::Error),
-    /// The skill-search embedding model could not be loaded.
-    #[error(transparent)]
-    Embed(#[from] crate::embed::EmbedError),
-    /// The MCP servers file is unusable.
-    #[error(transparent)]
-    Mcp(#[from] crate::mcp::McpError),
+    Part(#[from] PartError),
 }
 
 /// The running parts of a spoke.
@@ -96,43 +64,39 @@ pub struct Spoke {
     pub skills: Arc<LiveRegistry>,
     /// The MQTT link, unless in local mode.
     pub link: Option<Link>,
-    stop: watch::Sender<bool>,
-    watcher: tokio::task::JoinHandle<()>,
-    scheduler: tokio::task::JoinHandle<()>,
+    stop: CancellationToken,
+    /// Hot reload, the schedule, and (without a voice) the log of due timers.
+    tasks: JoinSet<()>,
     mcp: Option<crate::mcp::Mcp>,
 }
 
 impl Spoke {
     /// Loads the skills, starts hot reload, the schedule and (when a broker is
     /// configured) the MQTT link, on the current tokio runtime. `confirm` asks the local
-    /// user before `@confirm` functions run for other devices. `voice` is where skills'
-    /// speech and due timers go; without one (`serve`) skills cannot speak and due
-    /// timers are only logged.
+    /// user before `@confirm` functions run for other devices. Skills' speech and due
+    /// timers go where `parts` send speech ([`Parts::speaking_to`]); without a voice
+    /// (`serve`) skills cannot speak and due timers are only logged. Everything it
+    /// starts stops when `stop` is cancelled; [`Spoke::shutdown`] waits for that and
+    /// closes the link.
     pub fn start(
-        config: &Config,
+        parts: &Parts,
         confirm: Arc<dyn Confirm>,
-        voice: Option<mpsc::Sender<Spoken>>,
-    ) -> Result<Spoke, DaemonError> {
-        let settings = LinkSettings::from_config(config)?;
-        let host = config.host_settings();
-        let services = host.services.clone();
-        let (stop, stop_rx) = watch::channel(false);
-        let due = match voice {
-            Some(voice) => {
-                services.set_speech(voice.clone());
-                voice
-            }
-            None => mute(stop_rx.clone()),
+        stop: CancellationToken,
+    ) -> Result<Spoke, PartError> {
+        let config = parts.config();
+        let host = parts.host();
+        let mut tasks = JoinSet::new();
+        let due = match host.services.speech() {
+            Some(voice) => voice.clone(),
+            None => mute(&mut tasks, stop.clone()),
         };
         let scheduler = Scheduler::new(
             ScheduleFile::new(&host.data_dir, host.schedule),
             Duration::from_millis(config.timers.missed_ms),
-            services.schedule_changed(),
+            host.services.schedule_changed(),
         );
-        let scheduler = tokio::spawn(scheduler.run(due, stop_rx.clone()));
-        // Before the skills load, so that their text is embedded as they are indexed.
-        crate::embed::install(config.search.embedding_model.as_deref())?;
-        let (watcher, errors) = Watcher::start(&config.skills.dir, &host);
+        tasks.spawn(scheduler.run(due, stop.clone()));
+        let (watcher, errors) = parts.watcher();
         for error in &errors {
             tracing::warn!(%error, "skill file skipped");
         }
@@ -144,26 +108,14 @@ impl Spoke {
             .map(|c| c.functions.len())
             .sum();
         tracing::info!(dir = %config.skills.dir.display(), functions, "skills loaded; watching for changes");
-        let link = match settings {
-            Some(settings) => {
-                tracing::info!(broker = %format!("{}:{}", settings.broker.host, settings.broker.port), device_id = %settings.device_id, "starting the MQTT link");
-                Some(Link::start(
-                    settings,
-                    Role::Spoke {
-                        skills: skills.clone(),
-                        confirm,
-                    },
-                ))
-            }
-            None => {
-                tracing::info!(
-                    "no MQTT broker configured (mqtt.broker): local mode, skills are not shared with other devices"
-                );
-                None
-            }
-        };
-        if let Some(link) = &link {
-            services.set_household(Arc::new(link.clone()));
+        let link = parts.link(Role::Spoke {
+            skills: skills.clone(),
+            confirm,
+        })?;
+        if link.is_none() {
+            tracing::info!(
+                "no MQTT broker configured (mqtt.broker): local mode, skills are not shared with other devices"
+            );
         }
         let republish = link.clone();
         let republish = move || {
@@ -172,23 +124,22 @@ impl Spoke {
             }
         };
         // In the background: a server that is slow to start does not hold up READY.
-        let mcp = crate::mcp::Mcp::start(&config.mcp, skills.clone(), republish.clone())?;
-        let watcher = tokio::spawn(watcher.run(stop_rx, republish));
+        let mcp = parts.mcp(&skills, republish.clone(), &stop)?;
+        tasks.spawn(watcher.run(stop.clone(), republish));
         Ok(Spoke {
             skills,
             link,
             stop,
-            watcher,
-            scheduler,
+            tasks,
             mcp,
         })
     }
 
-    /// Stops hot reload, the schedule and the MCP servers, and closes the link cleanly.
-    pub async fn shutdown(self) {
-        self.stop.send_replace(true);
-        let _ = self.watcher.await;
-        let _ = self.scheduler.await;
+    /// Stops hot reload, the schedule and the MCP servers, waits for them, and closes
+    /// the link cleanly (`offline` is published first).
+    pub async fn shutdown(mut self) {
+        self.stop.cancel();
+        while self.tasks.join_next().await.is_some() {}
         if let Some(mcp) = self.mcp {
             mcp.shutdown().await;
         }
@@ -199,13 +150,13 @@ impl Spoke {
 }
 
 /// Where due timers go on a spoke without a voice: the log, so they are not silently
-/// lost. Ends with `stop`.
-fn mute(mut stop: watch::Receiver<bool>) -> mpsc::Sender<Spoken> {
+/// lost. A task in `tasks` that ends with `stop`.
+fn mute(tasks: &mut JoinSet<()>, stop: CancellationToken) -> mpsc::Sender<Spoken> {
     let (tx, mut rx) = mpsc::channel(crate::host::spoken::SPEECH_QUEUE);
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         loop {
             tokio::select! {
-                _ = stop.changed() => return,
+                _ = stop.cancelled() => return,
                 item = rx.recv() => match item {
                     Some(Spoken::Due(due)) => tracing::warn!(
                         skill = %due.entry.skill,
@@ -221,114 +172,130 @@ fn mute(mut stop: watch::Receiver<bool>) -> mpsc::Sender<Spoken> {
     tx
 }
 
-/// `strawberry-spoke serve`: runs until SIGTERM or SIGINT, then shuts down cleanly.
-pub async fn serve(config: &Config, confirm: Arc<dyn Confirm>) -> Result<(), DaemonError> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;
-    let spoke = Spoke::start(config, confirm, None)?;
-    tracing::info!(device = %config.device.name, "serving");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+/// `strawberry-spoke serve`: the skills and the link without audio, until SIGTERM or
+/// SIGINT. SIGHUP reloads the configuration from `config_path`, as for `run`.
+pub async fn serve(
+    config_path: Option<PathBuf>,
+    config: Config,
+    confirm: Arc<dyn Confirm>,
+) -> Result<(), DaemonError> {
+    supervise::<Serving>(config_path, config, confirm).await
+}
+
+/// What `serve` runs from one configuration.
+struct Serving {
+    spoke: Spoke,
+    status: String,
+}
+
+impl Service for Serving {
+    type With = Arc<dyn Confirm>;
+
+    async fn start(
+        parts: &Parts,
+        confirm: &Arc<dyn Confirm>,
+        _: &Arc<Notifier>,
+        stop: CancellationToken,
+    ) -> Result<Serving, PartError> {
+        Ok(Serving {
+            spoke: Spoke::start(parts, confirm.clone(), stop)?,
+            status: "Serving skills".into(),
+        })
     }
-    spoke.shutdown().await;
-    tracing::info!("stopped");
-    Ok(())
+
+    fn status(&self) -> &str {
+        &self.status
+    }
+
+    async fn shutdown(self) {
+        self.spoke.shutdown().await;
+    }
 }
 
 /// Everything `run` starts from one configuration.
 struct Running {
     spoke: Spoke,
     voice: Voice,
+    watchdog: Option<tokio::task::JoinHandle<()>>,
     idle_status: String,
 }
 
-impl Running {
-    async fn start(config: &Config, notifier: Arc<Notifier>) -> Result<Running, DaemonError> {
-        let stt_settings = config.stt.settings();
-        let transcriber = tokio::task::spawn_blocking(move || Transcriber::load(&stt_settings))
+impl Service for Running {
+    type With = ();
+
+    async fn start(
+        parts: &Parts,
+        _: &(),
+        notifier: &Arc<Notifier>,
+        stop: CancellationToken,
+    ) -> Result<Running, PartError> {
+        let loading = parts.clone();
+        let transcriber = tokio::task::spawn_blocking(move || loading.transcriber())
             .await
-            .map_err(|e| DaemonError::Thread(std::io::Error::other(e)))??;
-        tracing::info!(
-            model = %config.stt.model.display(),
-            load_ms = transcriber.load_time().as_millis() as u64,
-            "speech-to-text model loaded"
-        );
-        let word = config.wake.word()?;
-        let detector = Detector::with_word(&config.wake.settings(), &word)?;
-        let synth = Synth::new(&config.tts.settings())?;
-        let sandbox = Sandbox::new(config.sandbox.limits())
-            .map_err(|e| DaemonError::Sandbox(e.to_string()))?;
-        let hub = HubClient::new(&config.hub)?;
+            .map_err(|e| PartError::Start {
+                what: "loading the speech-to-text model",
+                error: std::io::Error::other(e),
+            })??;
+        let (word, detector) = parts.wake_word()?;
         let (speech, spoken) = mpsc::channel(crate::host::spoken::SPEECH_QUEUE);
-        let spoke = Spoke::start(config, Arc::new(NeverConfirm), Some(speech))?;
-        let mut agent = Agent::live(config, hub, Arc::new(sandbox), spoke.skills.clone());
-        if let Some(link) = &spoke.link {
-            agent = agent.with_link(link.clone());
-        }
-        let volume = config.audio.volume as f32 / 100.0;
-        let player: Arc<dyn Output> =
-            Arc::new(Player::start(&config.audio.output, volume).map_err(DaemonError::Thread)?);
-        let speaker = Arc::new(
-            Speaker::start(synth, player, config.audio.cues).map_err(DaemonError::Thread)?,
-        );
-        let pipeline = Arc::new(Pipeline::new(
-            Arc::new(transcriber),
-            agent,
-            speaker,
-            &config.wake.stop_phrases,
-        ));
-        let capture =
-            Capture::start(config.audio.capture_settings()).map_err(DaemonError::Thread)?;
-        let listener = Listener::new(detector, config.vad.settings(), config.audio.pre_roll_ms);
-        let settings = VoiceSettings {
-            interrupt: config.wake.interrupt,
-            follow_up_ms: config.vad.follow_up_ms,
-            confirm_ms: config.vad.confirm_ms,
-            ring_ms: config.timers.ring_ms,
-            arbitration_ms: config.wake.arbitration_ms,
-        };
+        let parts = parts.clone().speaking_to(speech);
+        let spoke = Spoke::start(&parts, Arc::new(NeverConfirm), stop.clone())?;
+        let agent = parts.agent(spoke.skills.clone(), spoke.link.as_ref(), stop.clone())?;
+        let player: Arc<dyn Output> = Arc::new(parts.player()?);
+        let speaker = Arc::new(parts.speaker(player)?);
+        let (ear, asks) = voice::ear();
+        let pipeline = Arc::new(parts.pipeline(Arc::new(transcriber), agent, speaker, Some(ear)));
         let ears = Ears {
-            capture,
-            listener,
+            capture: parts.capture()?,
+            listener: parts.listener(detector),
             wake_name: word.name().to_string(),
+            asks,
         };
         let voice = Voice::start(
+            stop.clone(),
             pipeline,
             ears,
-            settings,
-            notifier,
+            parts.voice_settings(),
+            notifier.clone(),
             spoken,
             spoke.link.clone(),
         )
-        .map_err(DaemonError::Thread)?;
+        .map_err(|error| PartError::Start {
+            what: "the voice loop",
+            error,
+        })?;
+        let watchdog = watchdog(notifier.clone(), &voice, stop);
         Ok(Running {
             spoke,
             voice,
+            watchdog,
             idle_status: format!("Listening for \"{}\"", word.name()),
         })
     }
 
-    /// Stops the voice loop, then the skills and the link; gives up waiting after
-    /// [`SHUTDOWN_LIMIT`] (the process is about to end anyway).
+    fn status(&self) -> &str {
+        &self.idle_status
+    }
+
+    /// Stops the voice loop, then the skills and the link, each waiting for its own
+    /// parts (every wait is bounded where it is: the link's goodbye at 2 s, the audio
+    /// thread at one read of the microphone).
     async fn shutdown(self) {
-        let stopping = async {
-            self.voice.shutdown().await;
-            self.spoke.shutdown().await;
-        };
-        if tokio::time::timeout(SHUTDOWN_LIMIT, stopping)
-            .await
-            .is_err()
-        {
-            tracing::warn!("parts did not stop within {SHUTDOWN_LIMIT:?}; exiting anyway");
+        self.voice.shutdown().await;
+        if let Some(watchdog) = self.watchdog {
+            let _ = watchdog.await;
         }
+        self.spoke.shutdown().await;
     }
 }
 
 /// Feeds the systemd watchdog while both loops beat; stops (so systemd restarts the
-/// service) when one is stuck for longer than the watchdog interval.
-fn watchdog(notifier: Arc<Notifier>, voice: &Voice) -> Option<tokio::task::JoinHandle<()>> {
+/// service) when one is stuck for longer than the watchdog interval. Ends with `stop`.
+fn watchdog(
+    notifier: Arc<Notifier>,
+    voice: &Voice,
+    stop: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
     let interval = notifier.watchdog()?;
     let (audio, turn) = (voice.audio_beat.clone(), voice.turn_beat.clone());
     // The loops beat every 0.1-0.5 s; a short watchdog interval must not make their
@@ -338,7 +305,10 @@ fn watchdog(notifier: Arc<Notifier>, voice: &Voice) -> Option<tokio::task::JoinH
         let mut tick = tokio::time::interval(interval / 3);
         let mut warned = false;
         loop {
-            tick.tick().await;
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.cancelled() => return,
+            }
             let stuck = [("audio", audio.age()), ("conversation", turn.age())]
                 .into_iter()
                 .find(|(_, age)| *age >= limit);
@@ -365,17 +335,59 @@ fn watchdog(notifier: Arc<Notifier>, voice: &Voice) -> Option<tokio::task::JoinH
 /// reloads the configuration from `config_path` (a broken file is reported and the
 /// running configuration kept).
 pub async fn run(config_path: Option<PathBuf>, config: Config) -> Result<(), DaemonError> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;
-    let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Signals)?;
+    supervise::<Running>(config_path, config, ()).await
+}
+
+/// What the daemon keeps running between two signals: started from one
+/// configuration, under one branch of the cancellation tree.
+trait Service: Sized {
+    /// What starting needs besides the configuration.
+    type With;
+
+    /// Starts everything from `parts`; all of it stops when `stop` is cancelled.
+    async fn start(
+        parts: &Parts,
+        with: &Self::With,
+        notifier: &Arc<Notifier>,
+        stop: CancellationToken,
+    ) -> Result<Self, PartError>;
+
+    /// The status line while it runs.
+    fn status(&self) -> &str;
+
+    /// Waits for everything it started to stop (its branch is already cancelled).
+    async fn shutdown(self);
+}
+
+/// Runs `S` until SIGTERM or SIGINT; on SIGHUP reads the configuration again and
+/// restarts with it, going back to the one before if the new one does not start.
+/// The root of the cancellation tree: each configuration runs under a child of it.
+async fn supervise<S: Service>(
+    config_path: Option<PathBuf>,
+    config: Config,
+    with: S::With,
+) -> Result<(), DaemonError> {
+    let mut signals = Signals::install().map_err(DaemonError::Signals)?;
     let notifier = Arc::new(Notifier::from_env());
+    let root = CancellationToken::new();
     let mut config = config;
     // The configuration that ran before a reload, to go back to if the new one fails.
     let mut fallback: Option<Config> = None;
+    // The parts that ran last, whose embedding model a reload may keep.
+    let mut previous: Option<Parts> = None;
     loop {
-        let running = match Running::start(&config, notifier.clone()).await {
-            Ok(running) => running,
+        let stop = root.child_token();
+        let started = match Parts::after(&config, previous.as_ref()) {
+            Ok(parts) => S::start(&parts, &with, &notifier, stop.clone())
+                .await
+                .map(|running| (running, parts)),
+            Err(error) => Err(error),
+        };
+        let running = match started {
+            Ok((running, parts)) => {
+                previous = Some(parts);
+                running
+            }
             Err(error) => match fallback.take() {
                 Some(previous) => {
                     tracing::error!(
@@ -386,43 +398,44 @@ pub async fn run(config_path: Option<PathBuf>, config: Config) -> Result<(), Dae
                 }
                 None => {
                     notifier.status(&format!("Failed to start: {error}"));
-                    return Err(error);
+                    return Err(error.into());
                 }
             },
         };
-        let dog = watchdog(notifier.clone(), &running.voice);
-        notifier.ready(&running.idle_status);
-        tracing::info!(device = %config.device.name, systemd = notifier.active(), "ready: {}", running.idle_status);
+        notifier.ready(running.status());
+        tracing::info!(device = %config.device.name, systemd = notifier.active(), "ready: {}", running.status());
         let next = loop {
-            tokio::select! {
-                _ = term.recv() => break None,
-                _ = int.recv() => break None,
-                _ = hup.recv() => {
+            match signals.next().await {
+                Signal::Stop(name) => {
+                    tracing::info!("{name}: shutting down");
+                    break None;
+                }
+                Signal::Reload => {
                     notifier.reloading();
                     match reload(config_path.as_deref()) {
                         Ok(new) => break Some(new),
                         Err(error) => {
-                            tracing::error!("configuration not reloaded, the running one stays: {error}");
-                            notifier.ready(&running.idle_status);
+                            tracing::error!(
+                                "configuration not reloaded, the running one stays: {error}"
+                            );
+                            notifier.ready(running.status());
                         }
                     }
                 }
             }
         };
-        if let Some(dog) = dog {
-            dog.abort();
+        match next {
+            None => notifier.stopping(),
+            Some(_) => tracing::info!("SIGHUP: restarting with the reloaded configuration"),
         }
+        stop.cancel();
+        running.shutdown().await;
         match next {
             None => {
-                tracing::info!("shutting down");
-                notifier.stopping();
-                running.shutdown().await;
                 tracing::info!("stopped");
                 return Ok(());
             }
             Some(new) => {
-                tracing::info!("SIGHUP: restarting with the reloaded configuration");
-                running.shutdown().await;
                 fallback = Some(std::mem::replace(&mut config, new));
             }
         }

@@ -16,6 +16,7 @@ use super::words::normalize;
 use crate::agent::{Agent, Session, TurnEvent};
 use crate::audio::SAMPLE_RATE;
 use crate::audio::cues::Cue;
+use crate::deadline::Cancel;
 use crate::stt::{Transcriber, Transcript, Verdict};
 use crate::tts::Speaker;
 
@@ -30,7 +31,7 @@ pub struct Pipeline {
     speaker: Arc<Speaker>,
     stop_phrases: Vec<String>,
     /// Where answers to confirmation questions come from; none: nobody can confirm.
-    ear: std::sync::OnceLock<Arc<dyn Ear>>,
+    ear: Option<Arc<dyn Ear>>,
 }
 
 /// Where the answer to a question the spoke asked comes from: the next utterance,
@@ -93,11 +94,13 @@ pub type Reporter = dyn Fn(Step<'_>) + Send + Sync;
 
 impl Pipeline {
     /// Puts the parts together. `stop_phrases` are compared as [`normalize`] leaves them.
+    /// Without an `ear`, `@confirm` calls cannot be asked about aloud and are refused.
     pub fn new(
         transcriber: Arc<Transcriber>,
         agent: Agent,
         speaker: Arc<Speaker>,
         stop_phrases: &[String],
+        ear: Option<Arc<dyn Ear>>,
     ) -> Pipeline {
         let session = tokio::sync::Mutex::new(agent.session());
         Pipeline {
@@ -106,15 +109,7 @@ impl Pipeline {
             session,
             speaker,
             stop_phrases: stop_phrases.iter().map(|p| normalize(p)).collect(),
-            ear: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// Lets `@confirm` calls be asked about aloud, the answer coming from `ear`. Only
-    /// the first ear given is used.
-    pub fn set_ear(&self, ear: Arc<dyn Ear>) {
-        if self.ear.set(ear).is_err() {
-            tracing::warn!("the pipeline already has an ear; the new one is ignored");
+            ear,
         }
     }
 
@@ -186,7 +181,13 @@ impl Pipeline {
             return Ok(transcript);
         }
         let stt = self.transcriber.clone();
-        match tokio::task::spawn_blocking(move || stt.transcribe(&command.samples)).await {
+        // A stopped turn drops this future: whisper stops at its next token.
+        let cancel = Cancel::new();
+        let _stop_with_the_turn = cancel.cancel_on_drop();
+        let transcribing = tokio::task::spawn_blocking(move || {
+            stt.transcribe_cancellable(&command.samples, &cancel)
+        });
+        match transcribing.await {
             Ok(Ok(transcript)) => Ok(transcript),
             Ok(Err(error)) => Err(error.to_string()),
             Err(error) => Err(format!("speech to text stopped: {error}")),
@@ -269,7 +270,7 @@ impl Pipeline {
     /// question is spoken to the end before listening starts, so the spoke does not
     /// hear itself.
     async fn confirm(&self, question: &str, report: &Reporter) -> bool {
-        let Some(ear) = self.ear.get().cloned() else {
+        let Some(ear) = self.ear.clone() else {
             tracing::warn!(
                 question,
                 "a skill asked for confirmation and nobody can answer here; refused"

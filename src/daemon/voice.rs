@@ -31,8 +31,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
 
 use super::arbiter::Arbiter;
 use super::audio_loop::AudioLoop;
@@ -58,6 +59,16 @@ pub struct VoiceSettings {
     pub arbitration_ms: u64,
 }
 
+/// Where the questions of `run`'s turns are heard: the ear to give the [`Pipeline`],
+/// and its requests, for [`Voice::start`] (the conversation task answers them).
+pub fn ear() -> (Arc<dyn Ear>, Asks) {
+    let (asks, requests) = mpsc::unbounded_channel();
+    (Arc::new(LoopEar { asks }), Asks(requests))
+}
+
+/// A turn's requests for the answer to its question; see [`ear`].
+pub struct Asks(mpsc::UnboundedReceiver<oneshot::Sender<Option<Command>>>);
+
 /// The ear of `run`: asks the conversation task for the next utterance.
 struct LoopEar {
     asks: mpsc::UnboundedSender<oneshot::Sender<Option<Command>>>,
@@ -74,7 +85,7 @@ impl Ear for LoopEar {
 
 /// The running voice loop.
 pub struct Voice {
-    stop: watch::Sender<bool>,
+    stop: CancellationToken,
     task: JoinHandle<()>,
     audio: Option<std::thread::JoinHandle<()>>,
     /// Beats while the audio thread runs.
@@ -95,16 +106,20 @@ pub(super) fn capture_note(status: &CaptureStatus) -> Option<String> {
 }
 
 /// What the loop hears with: the microphone, the listener that finds the wake word and
-/// the command in it, and the wake word's name (for the status line).
+/// the command in it, the wake word's name (for the status line), and the turns'
+/// requests for the answers to their questions (see [`ear`]).
 pub struct Ears {
     pub capture: Capture,
     pub listener: Listener,
     pub wake_name: String,
+    pub asks: Asks,
 }
 
 impl Voice {
-    /// Starts the audio thread and the conversation task (on the current runtime).
+    /// Starts the audio thread and the conversation task (on the current runtime); both
+    /// stop when `stop` is cancelled.
     pub fn start(
+        stop: CancellationToken,
         pipeline: Arc<Pipeline>,
         ears: Ears,
         settings: VoiceSettings,
@@ -116,14 +131,12 @@ impl Voice {
             capture,
             listener,
             wake_name,
+            asks,
         } = ears;
-        let (stop, stop_rx) = watch::channel(false);
         let (heard_tx, heard_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = std::sync::mpsc::channel();
-        let (asks_tx, asks_rx) = mpsc::unbounded_channel();
         let (judged_tx, judged) = mpsc::unbounded_channel();
         let (paused_tx, paused_rx) = mpsc::unbounded_channel();
-        pipeline.set_ear(Arc::new(LoopEar { asks: asks_tx }));
         let audio_beat = Heartbeat::new();
         let turn_beat = Heartbeat::new();
         let capture_status = Arc::new(Mutex::new(CaptureStatus::Starting));
@@ -133,7 +146,7 @@ impl Voice {
             heard: heard_tx,
             paused: paused_tx,
             control: control_rx,
-            stop: stop_rx.clone(),
+            stop: stop.clone(),
             beat: audio_beat.clone(),
             status: capture_status.clone(),
         };
@@ -145,9 +158,10 @@ impl Voice {
             settings,
             heard: heard_rx,
             control: control_tx,
-            asks: asks_rx,
+            asks: asks.0,
             answer: None,
-            stop: stop_rx,
+            stop: stop.clone(),
+            ending: JoinSet::new(),
             beat: turn_beat.clone(),
             notifier,
             capture_status,
@@ -180,10 +194,10 @@ impl Voice {
         })
     }
 
-    /// Stops the loop: the turn in progress is abandoned, speech stops, the
-    /// microphone closes.
+    /// Stops the loop and waits for its parts: the turn in progress is abandoned,
+    /// speech stops, the microphone closes.
     pub async fn shutdown(mut self) {
-        self.stop.send_replace(true);
+        self.stop.cancel();
         let _ = (&mut self.task).await;
         if let Some(audio) = self.audio.take() {
             let _ = tokio::task::spawn_blocking(move || audio.join()).await;

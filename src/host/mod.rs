@@ -58,6 +58,8 @@ pub struct HostSettings {
     /// The Home Assistant server `ha_get` and friends reach, when `homeassistant.url`
     /// is set.
     pub homeassistant: Option<homeassistant::HaSettings>,
+    /// The embedding model the skills are indexed with for search by meaning.
+    pub search: crate::embed::SearchModel,
 }
 
 impl Default for HostSettings {
@@ -72,6 +74,7 @@ impl Default for HostSettings {
     /// - `schedule`: see [`ScheduleLimits::default`].
     /// - `quiet_hours`: none.
     /// - `homeassistant`: none.
+    /// - `search`: none (lexical search).
     fn default() -> Self {
         HostSettings {
             data_dir: PathBuf::from("/var/lib/strawberry-spoke"),
@@ -85,6 +88,7 @@ impl Default for HostSettings {
             quiet_hours: None,
             services: Services::default(),
             homeassistant: None,
+            search: crate::embed::SearchModel::default(),
         }
     }
 }

@@ -27,7 +27,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
 
 /// How often the waiting task looks at the file even when nothing is due.
 pub const RECHECK: Duration = Duration::from_secs(1);
@@ -380,10 +381,10 @@ impl Scheduler {
         }
     }
 
-    /// Runs until `stop` turns true, sending each due entry to `out` (the voice loop's
+    /// Runs until `stop` is cancelled, sending each due entry to `out` (the voice loop's
     /// queue, as [`super::spoken::Spoken::Due`]), waiting for room: nothing is dropped.
     /// Entries already due at the start are late.
-    pub async fn run<T: From<Due>>(self, out: mpsc::Sender<T>, mut stop: watch::Receiver<bool>) {
+    pub async fn run<T: From<Due>>(self, out: mpsc::Sender<T>, stop: CancellationToken) {
         let mut starting = true;
         // The file as last read and the next due time in it; `None`: read it again.
         let mut known: Option<(Option<Stamp>, Option<i64>)> = None;
@@ -421,7 +422,7 @@ impl Scheduler {
                 RECHECK.min(Duration::from_millis(u64::try_from(n - now).unwrap_or(0)))
             });
             tokio::select! {
-                _ = stop.changed() => return,
+                _ = stop.cancelled() => return,
                 _ = self.changed.notified() => known = None,
                 _ = tokio::time::sleep(wait) => {}
             }
@@ -536,9 +537,9 @@ mod tests {
         let file = ScheduleFile::new(dir.path(), ScheduleLimits::default());
         let changed = Arc::new(Notify::new());
         let (tx, mut rx) = mpsc::channel(64);
-        let (stop, stop_rx) = watch::channel(false);
+        let stop = CancellationToken::new();
         let scheduler = Scheduler::new(file.clone(), Duration::from_secs(3600), changed.clone());
-        let task = tokio::spawn(scheduler.run(tx, stop_rx));
+        let task = tokio::spawn(scheduler.run(tx, stop.clone()));
         let start = jiff::Timestamp::now().as_millisecond();
         for i in 0..50 {
             file.put(entry("T", &format!("t{i:02}"), start + 300 + i * 37))
@@ -560,7 +561,7 @@ mod tests {
             file.list("T").unwrap().is_empty(),
             "rung entries leave the schedule"
         );
-        stop.send_replace(true);
+        stop.cancel();
         task.await.unwrap();
     }
 
@@ -574,13 +575,13 @@ mod tests {
         file.put(recent).unwrap();
         file.put(entry("T", "old", now - 7_200_000)).unwrap();
         let (tx, mut rx) = mpsc::channel(8);
-        let (stop, stop_rx) = watch::channel(false);
+        let stop = CancellationToken::new();
         let scheduler = Scheduler::new(
             file.clone(),
             Duration::from_secs(3600),
             Arc::new(Notify::new()),
         );
-        let task = tokio::spawn(scheduler.run(tx, stop_rx));
+        let task = tokio::spawn(scheduler.run(tx, stop.clone()));
         let got = collect(&mut rx, 2).await;
         let by_id = |id: &str| {
             got.iter()
@@ -597,7 +598,7 @@ mod tests {
             "{}",
             recent.line()
         );
-        stop.send_replace(true);
+        stop.cancel();
         task.await.unwrap();
     }
 }

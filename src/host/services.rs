@@ -112,12 +112,15 @@ impl PartialEq for Services {
 }
 
 impl Services {
-    /// Gives skills a voice: what they say goes to `speech`. Only the first one counts.
-    pub fn set_speech(&self, speech: mpsc::Sender<Spoken>) {
-        let _ = self.inner.speech.set(speech);
+    /// Services whose skills have a voice: what they say goes to `speech`.
+    pub fn with_speech(speech: mpsc::Sender<Spoken>) -> Services {
+        let services = Services::default();
+        let _ = services.inner.speech.set(speech);
+        services
     }
 
-    /// Gives skills the other spokes. Only the first one counts.
+    /// Gives skills the other spokes. Only the first one counts: the link is made after
+    /// the skills it serves, so it joins them late (see `app::Parts`).
     pub fn set_household(&self, household: Arc<dyn Household>) {
         let _ = self.inner.household.set(household);
     }

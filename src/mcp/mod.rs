@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::deadline;
 use crate::skills::watch::LiveRegistry;
@@ -102,7 +103,7 @@ pub struct Mcp {
     servers: Vec<Arc<Server>>,
     changed: watch::Sender<u64>,
     published: watch::Receiver<u64>,
-    stop: watch::Sender<bool>,
+    stop: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -113,11 +114,13 @@ impl Mcp {
     /// publish the registration again). `None` without a servers file.
     ///
     /// A server whose class has the name of a class in `live` (the skill files') is
-    /// refused here, naming both.
+    /// refused here, naming both. They stop (processes killed) when `stop` is cancelled
+    /// or [`Mcp::shutdown`] is called.
     pub fn start(
         config: &McpConfig,
         live: Arc<LiveRegistry>,
         on_change: impl Fn() + Send + Sync + 'static,
+        stop: &CancellationToken,
     ) -> Result<Option<Mcp>, McpError> {
         let Some(path) = &config.config_file else {
             return Ok(None);
@@ -143,7 +146,7 @@ impl Mcp {
                 max_text_bytes: config.max_text_bytes,
             },
         };
-        let (stop, stop_rx) = watch::channel(false);
+        let stop = stop.child_token();
         let (changed, changed_rx) = watch::channel(0u64);
         let (published_tx, published) = watch::channel(0u64);
         let servers: Vec<Arc<Server>> = specs
@@ -152,7 +155,7 @@ impl Mcp {
             .collect();
         let mut tasks: Vec<_> = servers
             .iter()
-            .map(|s| tokio::spawn(s.clone().supervise(settings.clone(), stop_rx.clone())))
+            .map(|s| tokio::spawn(s.clone().supervise(settings.clone(), stop.clone())))
             .collect();
         tracing::info!(file = %path.display(), servers = servers.len(), "starting MCP servers");
         let publisher = Publisher {
@@ -163,7 +166,7 @@ impl Mcp {
         };
         tasks.push(tokio::spawn(publisher.run(
             changed_rx,
-            stop_rx,
+            stop.clone(),
             live,
             Arc::new(on_change),
             published_tx,
@@ -199,7 +202,7 @@ impl Mcp {
 
     /// Stops every server (stdio servers' processes are killed) and waits for it.
     pub async fn shutdown(self) {
-        self.stop.send_replace(true);
+        self.stop.cancel();
         for task in self.tasks {
             let _ = task.await;
         }
@@ -218,7 +221,7 @@ impl Publisher {
     async fn run(
         self,
         mut changed: watch::Receiver<u64>,
-        mut stop: watch::Receiver<bool>,
+        stop: CancellationToken,
         live: Arc<LiveRegistry>,
         on_change: Arc<dyn Fn() + Send + Sync>,
         published: watch::Sender<u64>,
@@ -226,7 +229,7 @@ impl Publisher {
         loop {
             tokio::select! {
                 c = changed.changed() => if c.is_err() { return },
-                _ = stop.changed() => return,
+                _ = stop.cancelled() => return,
             }
             let generation = *changed.borrow_and_update();
             let classes = self.classes();

@@ -25,6 +25,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
 
 use super::file::{ServerSpec, Transport};
 use super::tools::{self, TextLimits, ToolCall};
@@ -153,19 +154,16 @@ impl Server {
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
     }
 
-    /// Keeps the server running until `stop` fires.
-    pub async fn supervise(self: Arc<Self>, settings: Settings, mut stop: watch::Receiver<bool>) {
+    /// Keeps the server running until `stop` is cancelled.
+    pub async fn supervise(self: Arc<Self>, settings: Settings, stop: CancellationToken) {
         let mut backoff = FIRST_BACKOFF;
         loop {
             self.set(State::Starting);
             let started = Instant::now();
             let ended = tokio::select! {
                 ended = self.session(&settings) => ended,
-                _ = stop.changed() => break,
+                _ = stop.cancelled() => break,
             };
-            if *stop.borrow() {
-                break;
-            }
             if started.elapsed() >= STABLE {
                 backoff = FIRST_BACKOFF;
             }
@@ -180,7 +178,7 @@ impl Server {
             });
             tokio::select! {
                 _ = tokio::time::sleep(backoff) => {}
-                _ = stop.changed() => break,
+                _ = stop.cancelled() => break,
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }

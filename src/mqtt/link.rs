@@ -19,11 +19,11 @@ use rumqttc::{Outgoing, TlsConfiguration, Transport};
 use serde_json::Value;
 use tokio::sync::{Semaphore, broadcast, mpsc, watch};
 
+use crate::deadline;
 use crate::skills::ClassDoc;
 use crate::skills::policy::Confirm;
 use crate::skills::search::ClassIndex;
 use crate::skills::watch::LiveRegistry;
-use crate::{deadline, embed};
 
 use super::peers::{Peers, RegistrationError};
 use super::protocol::{
@@ -772,7 +772,10 @@ impl Task {
     /// found by their words ([`Link::wait_indexed`] waits for it). Text seen before is a
     /// cache hit.
     fn embed_registration(&mut self, id: &str) {
-        let (Some(semantic), Some(classes)) = (embed::installed(), self.peers.classes(id)) else {
+        let (Some(semantic), Some(classes)) = (
+            self.shared.settings.search.semantic(),
+            self.peers.classes(id),
+        ) else {
             return;
         };
         if *self.shared.indexing.borrow() >= MAX_EMBEDDING_QUEUE {

@@ -95,6 +95,8 @@ pub struct LinkSettings {
     pub max_concurrent: usize,
     /// What other spokes' registrations may hold.
     pub peer_limits: PeerLimits,
+    /// What other spokes' skills are indexed with for search by meaning.
+    pub search: crate::embed::SearchModel,
 }
 
 /// Bounds on what other spokes may register (`mqtt.max_registration_bytes` and the
@@ -217,6 +219,8 @@ impl LinkSettings {
             max_payload: mqtt.max_payload_bytes,
             max_concurrent: mqtt.max_concurrent_calls,
             peer_limits: PeerLimits::from_config(mqtt),
+            // The model is loaded once per configuration by `app::Parts`, which sets it.
+            search: crate::embed::SearchModel::default(),
         }))
     }
 }

@@ -496,7 +496,7 @@ impl Registry {
         let mut seen = std::collections::HashSet::new();
         classes.retain(|c| seen.insert(c.name.clone()));
         classes.sort_by(|a, b| a.name.cmp(&b.name));
-        let index = search::ClassIndex::build(&classes);
+        let index = search::ClassIndex::build_with(&classes, settings.search.semantic());
         Registry {
             classes,
             settings,

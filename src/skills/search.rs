@@ -182,12 +182,6 @@ pub fn embedding_text(class: &ClassDoc, function: &SkillFunction) -> String {
 }
 
 impl ClassIndex {
-    /// Indexes every function of `classes`, embedding their text with the process's
-    /// model ([`embed::installed`]) when one is loaded.
-    pub fn build<C: AsRef<ClassDoc>>(classes: &[C]) -> ClassIndex {
-        ClassIndex::build_with(classes, embed::installed())
-    }
-
     /// Indexes every function of `classes`, embedding their text with `semantic` (whose
     /// cache makes unchanged text cost a lookup).
     pub fn build_with<C: AsRef<ClassDoc>>(

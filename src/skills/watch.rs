@@ -183,11 +183,11 @@ impl Watcher {
         reload
     }
 
-    /// Polls every [`POLL_INTERVAL`] until `stop` fires, calling `on_change` after each
-    /// reload that replaced the registry.
+    /// Polls every [`POLL_INTERVAL`] until `stop` is cancelled, calling `on_change` after
+    /// each reload that replaced the registry.
     pub async fn run(
         mut self,
-        mut stop: tokio::sync::watch::Receiver<bool>,
+        stop: tokio_util::sync::CancellationToken,
         on_change: impl Fn() + Send + 'static,
     ) {
         let mut tick = tokio::time::interval(POLL_INTERVAL);
@@ -195,7 +195,7 @@ impl Watcher {
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
-                _ = stop.changed() => return,
+                _ = stop.cancelled() => return,
             }
             // Loading compiles Rhai: keep it off the async worker.
             let result = tokio::task::spawn_blocking(move || {

@@ -63,6 +63,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::deadline::Cancel;
+
 use whisper_rs::{
     FullParams, SamplingStrategy, WhisperContext, WhisperContextParameters, WhisperState,
 };
@@ -344,8 +346,22 @@ impl Transcriber {
 
     /// Transcribes 16 kHz mono samples in `[-1, 1]`, within [`Settings::timeout`].
     pub fn transcribe(&self, samples: &[f32]) -> Result<Transcript, SttError> {
+        self.transcribe_cancellable(samples, &Cancel::new())
+    }
+
+    /// [`Transcriber::transcribe`] that also stops, between two tokens, once `cancel`
+    /// is cancelled (the turn it was for was stopped, the daemon is stopping); what was
+    /// decoded so far is returned as if the time had run out.
+    pub fn transcribe_cancellable(
+        &self,
+        samples: &[f32],
+        cancel: &Cancel,
+    ) -> Result<Transcript, SttError> {
         let started = Instant::now();
-        let deadline = started + self.settings.timeout;
+        let deadline = Until {
+            at: started + self.settings.timeout,
+            cancel: cancel.clone(),
+        };
         let audio = Duration::from_secs_f64(samples.len() as f64 / f64::from(SAMPLE_RATE));
         let mut padded;
         let input = if samples.len() < MIN_SAMPLES {
@@ -372,7 +388,7 @@ impl Transcriber {
             input,
             audio_ctx,
             budget,
-            deadline,
+            until: deadline,
             stop: LoopStop {
                 eot: self.context.token_eot(),
                 vocab: usize::try_from(self.context.n_vocab()).unwrap_or(0),
@@ -454,7 +470,7 @@ impl Transcriber {
         for temperature in TEMPERATURES {
             // A decode that would not end in time is not begun: whisper.cpp checks the
             // abort callback only between tokens and after an encoder pass.
-            if Instant::now() + last >= job.deadline {
+            if job.until.over_after(last) {
                 return Ok(best_of(tried, Verdict::TimedOut));
             }
             let started = Instant::now();
@@ -462,7 +478,7 @@ impl Transcriber {
             last = started.elapsed();
             let decode = match decode {
                 Ok(decode) => decode,
-                Err(_) if Instant::now() >= job.deadline => {
+                Err(_) if job.until.over_after(Duration::ZERO) => {
                     return Ok(best_of(tried, Verdict::TimedOut));
                 }
                 Err(error) => return Err(error),
@@ -531,7 +547,7 @@ impl Transcriber {
         // whisper.cpp drops a segment it judges silent by these (faster-whisper's rule).
         params.set_logprob_thold(LOGPROB_MIN);
         params.set_no_speech_thold(NO_SPEECH_MIN);
-        let deadline: *const Instant = &job.deadline;
+        let deadline: *const Until = &job.until;
         // SAFETY: the callback only reads the deadline, which `job` keeps alive until
         // `full` returns; whisper.cpp calls it on this thread, during `full` only.
         unsafe {
@@ -584,8 +600,21 @@ struct Job<'a> {
     input: &'a [f32],
     audio_ctx: usize,
     budget: usize,
-    deadline: Instant,
+    until: Until,
     stop: LoopStop,
+}
+
+/// When a transcription stops: its wall-clock limit, or its token cancelled.
+struct Until {
+    at: Instant,
+    cancel: Cancel,
+}
+
+impl Until {
+    /// Whether it is over, or will be after `more`.
+    fn over_after(&self, more: Duration) -> bool {
+        Instant::now() + more >= self.at || self.cancel.is_cancelled()
+    }
 }
 
 /// What the logits filter needs to end a decode that has started to loop.
@@ -637,11 +666,12 @@ fn ends_doubled(ids: &[i32]) -> bool {
     (REPEAT_TOKENS..=n / 2).any(|k| ids[n - k..] == ids[n - 2 * k..n - k])
 }
 
-/// whisper.cpp's abort callback: true once the transcription's time is up.
-unsafe extern "C" fn past_deadline(deadline: *mut c_void) -> bool {
-    // SAFETY: `decode` passes a pointer to an `Instant` that outlives the call.
-    let deadline = unsafe { &*deadline.cast::<Instant>() };
-    Instant::now() >= *deadline
+/// whisper.cpp's abort callback: true once the transcription's time is up or it was
+/// cancelled.
+unsafe extern "C" fn past_deadline(until: *mut c_void) -> bool {
+    // SAFETY: `decode` passes a pointer to an `Until` that outlives the call.
+    let until = unsafe { &*until.cast::<Until>() };
+    until.over_after(Duration::ZERO)
 }
 
 /// The likeliest of failed decodes that does not loop; else the phrase a loop repeats
