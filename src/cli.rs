@@ -377,6 +377,7 @@ fn init_logging(config: &Config) {
 
 /// Loads the skill folder; broken files are reported and skipped.
 pub(crate) fn load_skills(parts: &Parts, dir: &Path) -> Registry {
+    parts.host().search.warn_if_lexical();
     let (registry, errors) = parts.skills_in(dir);
     report_load_errors(&errors);
     registry
@@ -391,10 +392,11 @@ fn report_load_errors(errors: &[LoadError]) {
 fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
     // What other devices may call here: the `@remote` marks and mqtt.remote_allow.
     let remote = AllowList::new(config.mqtt.remote_allow.clone());
-    let parts = parts(config);
+    // Checking and drafting read the files only: they need no embedding model.
+    let files_only = || Parts::with_search(config, SearchModel::default());
     match cmd {
         SkillsCommand::List => {
-            let registry = load_skills(&parts, &config.skills.dir);
+            let registry = load_skills(&parts(config), &config.skills.dir);
             let mut out = String::new();
             for skill in registry.classes() {
                 out.push_str(&format!("{}  {}\n", skill.name, skill.summary));
@@ -414,7 +416,7 @@ fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         SkillsCommand::Info { name } => {
-            let registry = load_skills(&parts, &config.skills.dir);
+            let registry = load_skills(&parts(config), &config.skills.dir);
             if let Some(skill) = registry.class(&name) {
                 print_out(&render_class(skill, &remote))?;
                 return Ok(ExitCode::SUCCESS);
@@ -431,7 +433,7 @@ fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
             }
         }
         SkillsCommand::Call { name, args } => {
-            let registry = load_skills(&parts, &config.skills.dir);
+            let registry = load_skills(&parts(config), &config.skills.dir);
             let args = parse_call_args(&args)?;
             let f = match registry.function(&name) {
                 Ok(f) => f,
@@ -453,11 +455,11 @@ fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
         }
         SkillsCommand::Suggest { dir, write } => {
             let dir = dir.unwrap_or_else(|| config.skills.dir.clone());
-            suggest::suggest(&parts, &dir, write)
+            suggest::suggest(&files_only(), &dir, write)
         }
         SkillsCommand::Check { dir } => {
             let dir = dir.unwrap_or_else(|| config.skills.dir.clone());
-            let (registry, errors) = parts.skills_in(&dir);
+            let (registry, errors) = files_only().skills_in(&dir);
             let mut out = String::new();
             for skill in registry.classes() {
                 out.push_str(&render_class(skill, &remote));

@@ -922,8 +922,8 @@ impl PartialEq for SearchModel {
 }
 
 impl SearchModel {
-    /// Loads the model in `dir`; `None` (or an empty path) means lexical search only,
-    /// said in the log. When `previous` was loaded from the same folder it is kept
+    /// Loads the model in `dir`; `None` (or an empty path) means lexical search only
+    /// (see [`SearchModel::warn_if_lexical`]). When `previous` was loaded from the same folder it is kept
     /// rather than read again (a configuration reload that did not change it).
     pub fn load(
         dir: Option<&Path>,
@@ -934,9 +934,6 @@ impl SearchModel {
             return Ok(previous.clone());
         }
         let Some(dir) = dir else {
-            tracing::warn!(
-                "skill search is lexical only: no embedding model configured (set search.embedding_model to the folder of all-MiniLM-L6-v2: `strawberry-spoke model fetch minilm`; docs/skills.md, \"Finding skills\")"
-            );
             return Ok(SearchModel::default());
         };
         let started = std::time::Instant::now();
@@ -957,6 +954,16 @@ impl SearchModel {
         SearchModel {
             dir: None,
             semantic: Some(semantic),
+        }
+    }
+
+    /// Says in the log that skill search is lexical only, if it is: for what searches
+    /// (the daemon, a turn at the console), not for what only checks skill files.
+    pub fn warn_if_lexical(&self) {
+        if self.semantic.is_none() {
+            tracing::warn!(
+                "skill search is lexical only: no embedding model configured (set search.embedding_model to the folder of all-MiniLM-L6-v2: `strawberry-spoke model fetch minilm`; docs/skills.md, \"Finding skills\")"
+            );
         }
     }
 

@@ -14,11 +14,14 @@ use std::time::Duration;
 use llm::{Reply, ScriptedServer, delta_event, refusing_url, text_reply, text_reply_in_pieces};
 use serde_json::{Value, json};
 use strawberry_spoke::agent::{Agent, Session, TurnError, TurnEvent};
+use strawberry_spoke::app::Parts;
 use strawberry_spoke::config::{CodeMode, Config, EndpointConfig};
 use strawberry_spoke::hub::HubClient;
 use strawberry_spoke::sandbox::Sandbox;
 use strawberry_spoke::skills::Registry;
+use strawberry_spoke::skills::watch::LiveRegistry;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 struct Setup {
     agent: Agent,
@@ -50,11 +53,11 @@ fn setup_with(urls: &[&str], tweak: impl FnOnce(&mut Config)) -> Setup {
     let data = tempfile::tempdir().unwrap();
     let mut config = config(urls, data.path());
     tweak(&mut config);
-    let (registry, errors) = Registry::load(&config.skills.dir, &config.host_settings());
+    let parts = Parts::new(&config).unwrap();
+    let (registry, errors) = parts.skills_in(&config.skills.dir);
     assert!(errors.is_empty(), "{errors:?}");
-    let sandbox = Sandbox::new(config.sandbox.limits()).unwrap();
-    let hub = HubClient::new(&config.hub).unwrap();
-    let agent = Agent::new(&config, hub, Arc::new(sandbox), Arc::new(registry));
+    let skills = Arc::new(LiveRegistry::new(Arc::new(registry)));
+    let agent = parts.agent(skills, None, CancellationToken::new()).unwrap();
     let session = agent.session();
     Setup {
         agent,

@@ -13,11 +13,12 @@ use std::sync::Arc;
 use llm::{Reply, ScriptedServer, delta_event, text_reply};
 use serde_json::json;
 use strawberry_spoke::agent::{Agent, Session, TurnError, TurnEvent};
+use strawberry_spoke::app::Parts;
 use strawberry_spoke::config::{CodeMode, Config, EndpointConfig};
 use strawberry_spoke::hub::HubClient;
-use strawberry_spoke::sandbox::Sandbox;
-use strawberry_spoke::skills::Registry;
+use strawberry_spoke::skills::watch::LiveRegistry;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 /// How much a turn against a hostile hub may raise the process's peak RSS: generous
 /// for a test binary, far below what a vector grown to a million tool calls takes.
@@ -45,11 +46,11 @@ fn setup_with(url: &str, tweak: impl FnOnce(&mut Config)) -> Setup {
     config.hub.first_byte_timeout_ms = 2_000;
     config.hub.chunk_timeout_ms = 2_000;
     tweak(&mut config);
-    let (registry, errors) = Registry::load(&config.skills.dir, &config.host_settings());
+    let parts = Parts::new(&config).unwrap();
+    let (registry, errors) = parts.skills_in(&config.skills.dir);
     assert!(errors.is_empty(), "{errors:?}");
-    let sandbox = Sandbox::new(config.sandbox.limits()).unwrap();
-    let hub = HubClient::new(&config.hub).unwrap();
-    let agent = Agent::new(&config, hub, Arc::new(sandbox), Arc::new(registry));
+    let skills = Arc::new(LiveRegistry::new(Arc::new(registry)));
+    let agent = parts.agent(skills, None, CancellationToken::new()).unwrap();
     let session = agent.session();
     Setup {
         agent,

@@ -256,6 +256,31 @@ fn registration_presence_last_will_and_clean_shutdown() {
 }
 
 #[test]
+fn serve_reloads_its_configuration_on_sighup() {
+    let broker = Broker::start();
+    let kitchen = SpokeDir::new("Kitchen", "kitchen", &broker.url(), "");
+    kitchen.skill("greeter.rhai", GREETER);
+    let mut daemon = kitchen.serve();
+    wait_online(&broker, "kitchen");
+    registration(&broker, "kitchen", |r| r["name"] == "Kitchen");
+    let config = std::fs::read_to_string(kitchen.config()).unwrap();
+    std::fs::write(
+        kitchen.config(),
+        config.replace("name = \"Kitchen\"", "name = \"Pantry\""),
+    )
+    .unwrap();
+    let pid = i32::try_from(daemon.child.as_ref().unwrap().id()).unwrap();
+    // SAFETY: sending a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    // Restarted with the new file: registered again under the new name, still serving.
+    let reg = registration(&broker, "kitchen", |r| r["name"] == "Pantry");
+    assert_eq!(functions(&reg), vec!["Greeter.hello", "Greeter.spin"]);
+    wait_online(&broker, "kitchen");
+    let status = daemon.terminate();
+    assert!(status.success(), "{status:?}\n{}", daemon.log());
+}
+
+#[test]
 fn local_mode_is_announced() {
     let dir = SpokeDir::new("Box", "box", "", "");
     let mut daemon = dir.serve();

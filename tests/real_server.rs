@@ -9,11 +9,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use strawberry_spoke::agent::{Agent, TurnError, TurnEvent};
+use strawberry_spoke::agent::{TurnError, TurnEvent};
+use strawberry_spoke::app::Parts;
 use strawberry_spoke::config::{Config, EndpointConfig};
 use strawberry_spoke::hub::{ChatMessage, HubClient};
-use strawberry_spoke::sandbox::Sandbox;
-use strawberry_spoke::skills::Registry;
+use strawberry_spoke::skills::watch::LiveRegistry;
+use tokio_util::sync::CancellationToken;
 
 fn config() -> Config {
     let url = std::env::var("SPOKE_REAL_SERVER_URL")
@@ -61,14 +62,11 @@ async fn streams_text_from_a_real_server() {
 #[ignore = "needs a real server: tests/real-server.sh"]
 async fn two_turns_with_code_against_a_real_server() {
     let config = config();
-    let (registry, errors) = Registry::load(&config.skills.dir, &config.host_settings());
+    let parts = Parts::new(&config).unwrap();
+    let (registry, errors) = parts.skills_in(&config.skills.dir);
     assert!(errors.is_empty(), "{errors:?}");
-    let agent = Agent::new(
-        &config,
-        HubClient::new(&config.hub).unwrap(),
-        Arc::new(Sandbox::new(config.sandbox.limits()).unwrap()),
-        Arc::new(registry),
-    );
+    let skills = Arc::new(LiveRegistry::new(Arc::new(registry)));
+    let agent = parts.agent(skills, None, CancellationToken::new()).unwrap();
     let mut session = agent.session();
     for utterance in ["What time is it? Use the ClockSkill.", "And in Tokyo?"] {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

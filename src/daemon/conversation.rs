@@ -28,7 +28,6 @@ use super::ringing::{RingStep, Ringing};
 use super::routing::{self, AfterTurn, Delivery, Ended, Route, Situation};
 use super::systemd::{Heartbeat, Notifier};
 use super::turn_end;
-use super::voice::{VoiceSettings, capture_note};
 use crate::agent::TurnEvent;
 use crate::audio::cues::Cue;
 use crate::audio::{CaptureStatus, SAMPLE_RATE};
@@ -36,6 +35,32 @@ use crate::deadline::Cancel;
 use crate::host::spoken::Spoken;
 use crate::stt::Transcript;
 use crate::wake::Detection;
+
+/// How the loop behaves around a turn.
+#[derive(Debug, Clone, Copy)]
+pub struct VoiceSettings {
+    /// A wake word during a turn aborts it; otherwise the next command waits.
+    pub interrupt: bool,
+    /// Follow-up listening after a question (0: off).
+    pub follow_up_ms: u64,
+    /// How long to wait for a yes or no after asking to confirm a call.
+    pub confirm_ms: u64,
+    /// How long a due timer rings unless stopped.
+    pub ring_ms: u64,
+    /// How long to agree with other spokes on who answers a wake word (0: off).
+    pub arbitration_ms: u64,
+}
+
+/// The status line systemd shows, derived from where the loop is.
+fn capture_note(status: &CaptureStatus) -> Option<String> {
+    match status {
+        CaptureStatus::Retrying { error, .. } => {
+            Some(format!("Microphone unavailable, retrying: {error}"))
+        }
+        CaptureStatus::Starting => Some("Opening the microphone".into()),
+        CaptureStatus::Running { .. } => None,
+    }
+}
 
 pub(super) struct Conversation {
     pub(super) pipeline: Arc<Pipeline>,

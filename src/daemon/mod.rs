@@ -96,6 +96,7 @@ impl Spoke {
             host.services.schedule_changed(),
         );
         tasks.spawn(scheduler.run(due, stop.clone()));
+        host.search.warn_if_lexical();
         let (watcher, errors) = parts.watcher();
         for error in &errors {
             tracing::warn!(%error, "skill file skipped");

@@ -38,26 +38,12 @@ use tokio_util::sync::CancellationToken;
 use super::arbiter::Arbiter;
 use super::audio_loop::AudioLoop;
 use super::conversation::Conversation;
+pub use super::conversation::VoiceSettings;
 use super::listener::{Command, Guess, Listener};
 use super::pipeline::{Ear, Pipeline};
 use super::systemd::{Heartbeat, Notifier};
 use crate::audio::{Capture, CaptureStatus};
 use crate::host::spoken::Spoken;
-
-/// How the loop behaves around a turn.
-#[derive(Debug, Clone, Copy)]
-pub struct VoiceSettings {
-    /// A wake word during a turn aborts it; otherwise the next command waits.
-    pub interrupt: bool,
-    /// Follow-up listening after a question (0: off).
-    pub follow_up_ms: u64,
-    /// How long to wait for a yes or no after asking to confirm a call.
-    pub confirm_ms: u64,
-    /// How long a due timer rings unless stopped.
-    pub ring_ms: u64,
-    /// How long to agree with other spokes on who answers a wake word (0: off).
-    pub arbitration_ms: u64,
-}
 
 /// Where the questions of `run`'s turns are heard: the ear to give the [`Pipeline`],
 /// and its requests, for [`Voice::start`] (the conversation task answers them).
@@ -92,17 +78,6 @@ pub struct Voice {
     pub audio_beat: Heartbeat,
     /// Beats while the conversation task runs and no turn is stuck.
     pub turn_beat: Heartbeat,
-}
-
-/// The status line systemd shows, derived from where the loop is.
-pub(super) fn capture_note(status: &CaptureStatus) -> Option<String> {
-    match status {
-        CaptureStatus::Retrying { error, .. } => {
-            Some(format!("Microphone unavailable, retrying: {error}"))
-        }
-        CaptureStatus::Starting => Some("Opening the microphone".into()),
-        CaptureStatus::Running { .. } => None,
-    }
 }
 
 /// What the loop hears with: the microphone, the listener that finds the wake word and
