@@ -27,7 +27,7 @@ use crate::app::{PartError, Parts};
 use crate::config::Config;
 use crate::device::Device;
 use crate::embed::SearchModel;
-use crate::mcp::Mcp;
+use crate::mcp::{Mcp, Status};
 use crate::mqtt::{Link, Role};
 use crate::skills::policy::{AllowList, ConsoleConfirm};
 use crate::skills::watch::LiveRegistry;
@@ -389,6 +389,53 @@ fn report_load_errors(errors: &[LoadError]) {
     }
 }
 
+/// The skills a model would see here: the skill files' classes and, when
+/// `mcp.config_file` is set, the MCP servers' (started and waited for, as `exec` does,
+/// and stopped by [`Skills::stop`]).
+struct Skills {
+    rt: tokio::runtime::Runtime,
+    live: Arc<LiveRegistry>,
+    mcp: Option<Mcp>,
+}
+
+impl Skills {
+    fn start(parts: &Parts, registry: Registry) -> Result<Skills> {
+        let live = Arc::new(LiveRegistry::new(Arc::new(registry)));
+        let rt = runtime()?;
+        let mcp = rt.block_on(start_mcp(parts, &live))?;
+        Ok(Skills { rt, live, mcp })
+    }
+
+    fn registry(&self) -> Arc<Registry> {
+        self.live.current()
+    }
+
+    /// The MCP servers that are not up, as `MCP server `key`: why` lines.
+    fn servers_down(&self) -> Vec<String> {
+        let Some(mcp) = &self.mcp else {
+            return Vec::new();
+        };
+        mcp.status()
+            .into_iter()
+            .filter_map(|s| match s.state {
+                Status::Up { .. } => None,
+                Status::Down { error } => Some(format!("MCP server `{}`: {error}", s.key)),
+                Status::Starting => Some(format!(
+                    "MCP server `{}`: still starting after mcp.start_timeout_ms",
+                    s.key
+                )),
+                Status::Stopped => Some(format!("MCP server `{}`: stopped", s.key)),
+            })
+            .collect()
+    }
+
+    fn stop(self) {
+        if let Some(mcp) = self.mcp {
+            self.rt.block_on(mcp.shutdown());
+        }
+    }
+}
+
 fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
     // What other devices may call here: the `@remote` marks and mqtt.remote_allow.
     let remote = AllowList::new(config.mqtt.remote_allow.clone());
@@ -396,7 +443,9 @@ fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
     let files_only = || Parts::with_search(config, SearchModel::default());
     match cmd {
         SkillsCommand::List => {
-            let registry = load_skills(&parts(config), &config.skills.dir);
+            let parts = parts(config);
+            let skills = Skills::start(&parts, load_skills(&parts, &config.skills.dir))?;
+            let registry = skills.registry();
             let mut out = String::new();
             for skill in registry.classes() {
                 out.push_str(&format!("{}  {}\n", skill.name, skill.summary));
@@ -412,11 +461,18 @@ fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
             if registry.classes().is_empty() {
                 eprintln!("no skills in {}", config.skills.dir.display());
             }
+            for down in skills.servers_down() {
+                eprintln!("warning: {down}");
+            }
+            skills.stop();
             print_out(&out)?;
             Ok(ExitCode::SUCCESS)
         }
         SkillsCommand::Info { name } => {
-            let registry = load_skills(&parts(config), &config.skills.dir);
+            let parts = parts(config);
+            let skills = Skills::start(&parts, load_skills(&parts, &config.skills.dir))?;
+            let registry = skills.registry();
+            skills.stop();
             if let Some(skill) = registry.class(&name) {
                 print_out(&render_class(skill, &remote))?;
                 return Ok(ExitCode::SUCCESS);
@@ -433,16 +489,18 @@ fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
             }
         }
         SkillsCommand::Call { name, args } => {
-            let registry = load_skills(&parts(config), &config.skills.dir);
             let args = parse_call_args(&args)?;
-            let f = match registry.function(&name) {
-                Ok(f) => f,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return Ok(ExitCode::from(2));
-                }
+            let parts = parts(config);
+            let skills = Skills::start(&parts, load_skills(&parts, &config.skills.dir))?;
+            let registry = skills.registry();
+            let result = match registry.function(&name) {
+                Ok(f) => registry
+                    .call(&f.class, &f.name, &args)
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
             };
-            match registry.call(&f.class, &f.name, &args) {
+            skills.stop();
+            match result {
                 Ok(value) => {
                     print_out(&format!("{}\n", serde_json::to_string_pretty(&value)?))?;
                     Ok(ExitCode::SUCCESS)
@@ -459,7 +517,12 @@ fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
         }
         SkillsCommand::Check { dir } => {
             let dir = dir.unwrap_or_else(|| config.skills.dir.clone());
-            let (registry, errors) = files_only().skills_in(&dir);
+            let parts = files_only();
+            let (registry, errors) = parts.skills_in(&dir);
+            let skills = Skills::start(&parts, registry)?;
+            let registry = skills.registry();
+            let down = skills.servers_down();
+            skills.stop();
             let mut out = String::new();
             for skill in registry.classes() {
                 out.push_str(&render_class(skill, &remote));
@@ -471,7 +534,7 @@ fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
                 dir.display(),
                 registry.classes().len(),
                 functions,
-                errors.len()
+                errors.len() + down.len()
             ));
             print_out(&out)?;
             for warning in registry.classes().iter().flat_map(|c| &c.warnings) {
@@ -480,7 +543,10 @@ fn skills(config: &Config, cmd: SkillsCommand) -> Result<ExitCode> {
             for error in &errors {
                 eprintln!("{error}");
             }
-            Ok(if errors.is_empty() {
+            for down in &down {
+                eprintln!("{down}");
+            }
+            Ok(if errors.is_empty() && down.is_empty() {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(2)

@@ -68,11 +68,18 @@ impl HomeAssistant {
     /// Writes a config dir (demo entities, HTTP on a free loopback port), adds a user,
     /// starts `hass` and logs in through the login flow for a token.
     fn start() -> HomeAssistant {
-        let hass = venv().join("bin/hass");
+        // `python -m homeassistant`, not `bin/hass`: the venv's scripts name the path it
+        // was made at in their first line, and a worktree's `target` may be another's.
+        let python = venv().join("bin/python");
+        let hass = || {
+            let mut cmd = Command::new(&python);
+            cmd.args(["-m", "homeassistant"]);
+            cmd
+        };
         assert!(
-            hass.exists(),
+            venv().join("bin/hass").exists(),
             "no Home Assistant at {}: run `bash tests/setup.sh`",
-            hass.display()
+            venv().display()
         );
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
@@ -81,7 +88,7 @@ impl HomeAssistant {
             format!("http:\n  server_host: 127.0.0.1\n  server_port: {port}\ndemo:\n"),
         )
         .unwrap();
-        let added = Command::new(&hass)
+        let added = hass()
             .args(["--script", "auth", "-c"])
             .arg(dir.path())
             .args(["add", "spoke", "spoke-test-password"])
@@ -93,7 +100,7 @@ impl HomeAssistant {
             String::from_utf8_lossy(&added.stderr)
         );
         let log = std::fs::File::create(dir.path().join("hass.log")).unwrap();
-        let child = Command::new(&hass)
+        let child = hass()
             .arg("-c")
             .arg(dir.path())
             .arg("--skip-pip")
@@ -348,6 +355,37 @@ fn the_skill_finds_and_controls_a_real_home() {
         err.contains("device.HomeAssistant.find(\"garden\")"),
         "{err}"
     );
+}
+
+#[test]
+fn an_answer_over_the_size_limit_is_refused_naming_the_limit() {
+    let ha = HomeAssistant::start();
+    let data = tempfile::tempdir().unwrap();
+    // The names and areas of the demo's 101 entities take about 10 kB.
+    let config = HomeAssistantConfig {
+        max_response_bytes: 2_000,
+        ..ha.config(&ha.token_file())
+    };
+    let home = skill(&config, data.path());
+    ha.service(
+        "light",
+        "turn_off",
+        json!({"entity_id": "light.kitchen_lights"}),
+    );
+    let err = home
+        .call("turn_on", ("the kitchen lights".to_string(),))
+        .unwrap_err();
+    assert!(
+        err.contains("Home Assistant's answer to /api/")
+            && err.contains("larger than 2000 bytes")
+            && err.contains("raise homeassistant.max_response_bytes"),
+        "{err}"
+    );
+    assert_eq!(ha.state("light.kitchen_lights")["state"], "off");
+    // Within the limit the same call goes through.
+    let home = skill(&ha.config(&ha.token_file()), data.path());
+    let on = home.ok("turn_on", ("the kitchen lights".to_string(),));
+    assert_eq!(states(&on)[0].1, "on");
 }
 
 #[test]

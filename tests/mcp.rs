@@ -2,8 +2,11 @@
 //! them into target/test-deps): mcp-server-time over stdio, and
 //! @modelcontextprotocol/server-everything over stdio and Streamable HTTP on loopback,
 //! and a real mosquitto for the registration of an opened server.
-//! The one stand-in is the server that never answers `initialize`: no real server
-//! misbehaves that way on purpose.
+//! Two servers are written here: the one that never answers `initialize` (no real
+//! server misbehaves that way on purpose), and one on the official Python SDK (the
+//! `mcp` package mcp-server-time runs on) whose tool list changes when asked: the
+//! published servers announce no change after their start (server-everything's one
+//! `tools/list_changed` comes as it initializes, before the first list is read).
 
 mod mosquitto;
 
@@ -18,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use strawberry_spoke::deadline::{self, Cancel};
 use strawberry_spoke::host::HostSettings;
-use strawberry_spoke::mcp::{Mcp, McpConfig, McpError};
+use strawberry_spoke::mcp::{Mcp, McpConfig, McpError, ServerStatus, Status};
 use strawberry_spoke::skills::watch::LiveRegistry;
 use strawberry_spoke::skills::{CallError, Registry};
 
@@ -37,8 +40,17 @@ fn dep(relative: &str) -> PathBuf {
     path
 }
 
-fn time_server() -> String {
-    dep("mcp-venv/bin/mcp-server-time").display().to_string()
+/// The venv's Python: run as `python -m`, since the venv's scripts name the path it
+/// was made at in their first line, and a worktree's `target` may be another's.
+fn venv_python() -> String {
+    dep("mcp-venv/bin/python").display().to_string()
+}
+
+/// mcp-server-time as a servers file names a stdio server, with `args` after it.
+fn time_server(args: &[&str]) -> Value {
+    let mut all = vec!["-m", "mcp_server_time"];
+    all.extend(args);
+    json!({"command": venv_python(), "args": all})
 }
 
 fn everything_server() -> String {
@@ -117,6 +129,15 @@ impl Servers {
     fn call(&self, class: &str, function: &str, args: &[Value]) -> Result<Value, CallError> {
         self.registry().call(class, function, args)
     }
+
+    /// The status of the server `key`.
+    fn status(&self, key: &str) -> ServerStatus {
+        let mcp = self.mcp.as_ref().expect("the servers run");
+        mcp.status()
+            .into_iter()
+            .find(|s| s.key == key)
+            .expect("a configured server")
+    }
 }
 
 impl Drop for Servers {
@@ -137,7 +158,7 @@ fn failed(result: Result<Value, CallError>) -> String {
 #[test]
 fn a_stdio_server_becomes_a_class_called_positionally_or_by_name() {
     let servers = Servers::start(
-        json!({"mcpServers": {"time": {"command": time_server(), "args": ["--local-timezone=UTC"]}}}),
+        json!({"mcpServers": {"time": time_server(&["--local-timezone=UTC"])}}),
         |_| {},
     );
     servers.wait_function("Time", "convert_time");
@@ -460,13 +481,12 @@ fn a_server_that_never_answers_does_not_hold_up_the_spoke() {
     let pid_file = dir.path().join("pid");
     // Reads its input and never answers: `initialize` goes unanswered.
     let hang = format!("echo $$ > {}; exec cat > /dev/null", pid_file.display());
-    let time = time_server();
     let file = dir.path().join("mcp.json");
     std::fs::write(
         &file,
         json!({"mcpServers": {
             "hang": {"command": "sh", "args": ["-c", hang]},
-            "time": {"command": time}
+            "time": time_server(&[])
         }})
         .to_string(),
     )
@@ -548,7 +568,7 @@ fn a_server_named_like_a_skill_class_is_refused_naming_both() {
     let (registry, errors) = Registry::load(dir.path(), &HostSettings::default());
     assert!(errors.is_empty(), "{errors:?}");
     let result = Servers::try_start(
-        json!({"mcpServers": {"time": {"command": time_server()}}}),
+        json!({"mcpServers": {"time": time_server(&[])}}),
         registry,
         |_| {},
     );
@@ -568,7 +588,7 @@ fn model_code_in_the_sandbox_calls_an_mcp_tool() {
     let file = dir.path().join("mcp.json");
     std::fs::write(
         &file,
-        json!({"mcpServers": {"time": {"command": time_server()}}}).to_string(),
+        json!({"mcpServers": {"time": time_server(&[])}}).to_string(),
     )
     .unwrap();
     let skills = dir.path().join("skills");
@@ -665,7 +685,7 @@ fn an_opened_server_is_registered_and_called_from_another_room() {
         "kitchen",
         &broker.url(),
         Some(json!({
-            "mcpServers": {"time": {"command": time_server()}},
+            "mcpServers": {"time": time_server(&[])},
             "strawberry": {"time": {"remote": ["get_current_time"]}}
         })),
     );
@@ -715,4 +735,204 @@ fn an_opened_server_is_registered_and_called_from_another_room() {
     // SAFETY: a signal to our own child process.
     assert_eq!(unsafe { libc::kill(serve.id() as i32, libc::SIGTERM) }, 0);
     assert!(serve.wait().unwrap().success());
+}
+
+/// A server on the official Python SDK whose tool `lamp` comes and goes, each time
+/// with a `notifications/tools/list_changed`.
+const LAMPS: &str = r#"
+from mcp.server.mcpserver import Context, MCPServer
+
+server = MCPServer("lamps")
+
+
+def lamp(room: str) -> str:
+    """Turns on the lamp in a room."""
+    return f"the lamp in the {room} is on"
+
+
+@server.tool()
+async def install_lamp(ctx: Context) -> str:
+    """Adds the tool `lamp`."""
+    server.add_tool(lamp)
+    await ctx.session.send_tool_list_changed()
+    return "installed"
+
+
+@server.tool()
+async def remove_lamp(ctx: Context) -> str:
+    """Removes the tool `lamp`."""
+    server.remove_tool("lamp")
+    await ctx.session.send_tool_list_changed()
+    return "removed"
+
+
+server.run()
+"#;
+
+#[test]
+fn the_class_follows_a_tool_list_the_server_says_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("lamps.py");
+    std::fs::write(&script, LAMPS).unwrap();
+    let servers = Servers::start(
+        json!({"mcpServers": {"lamps": {
+            "command": venv_python(),
+            "args": [script.display().to_string()]
+        }}}),
+        |_| {},
+    );
+    servers.wait_function("Lamps", "install_lamp");
+    let has_lamp = || {
+        servers
+            .registry()
+            .class("Lamps")
+            .is_some_and(|c| c.function("lamp").is_some())
+    };
+    assert!(!has_lamp());
+    servers.call("Lamps", "install_lamp", &[]).unwrap();
+    // The new tool is a function, found by search and called like the others.
+    servers.wait_function("Lamps", "lamp");
+    let registry = servers.registry();
+    assert_eq!(
+        registry.function("Lamps.lamp").unwrap().signature(),
+        "lamp(room: string) -> map"
+    );
+    assert_eq!(
+        registry.search("turn on the lamp in the kitchen", 1)[0]
+            .function
+            .qualified_name(),
+        "Lamps.lamp"
+    );
+    let on = servers.call("Lamps", "lamp", &[json!("kitchen")]).unwrap();
+    assert_eq!(on["result"], "the lamp in the kitchen is on", "{on}");
+    // And a tool that goes away leaves the class.
+    servers.call("Lamps", "remove_lamp", &[]).unwrap();
+    poll::wait_until(
+        "the lamp to leave the class",
+        Duration::from_secs(60),
+        || !has_lamp(),
+    );
+    assert!(servers.registry().class("Lamps").is_some());
+}
+
+/// A server that says why it cannot start, in a long line among others, and exits.
+const BROKEN: &str = "echo starting >&2; head -c 100000 /dev/zero | tr '\\0' x >&2; echo >&2; echo 'error: TIME_API_KEY is not set; export it' >&2; exit 3";
+
+#[test]
+fn a_servers_stderr_is_logged_within_bounds_and_its_last_words_say_why_it_stopped() {
+    // A real server behind 5,000 lines of standard error.
+    let chatty = format!("seq 1 5000 >&2; exec {} -m mcp_server_time", venv_python());
+    let servers = Servers::start(
+        json!({"mcpServers": {
+            "chatty": {"command": "sh", "args": ["-c", chatty]},
+            "broken": {"command": "sh", "args": ["-c", BROKEN]}
+        }}),
+        |_| {},
+    );
+    servers.wait_function("Chatty", "get_current_time");
+    let status = poll::wait_for(
+        "the chatty server's stderr to be read",
+        Duration::from_secs(30),
+        || {
+            let status = servers.status("chatty");
+            (status.stderr_lines >= 5000).then_some(status)
+        },
+    );
+    // Every line is read (the server never blocks on a full pipe), a minute's share
+    // of them reaches the log.
+    assert_eq!(status.stderr_lines, 5000);
+    assert_eq!(
+        status.stderr_logged,
+        u64::from(strawberry_spoke::mcp::server::STDERR_LINES_PER_MINUTE)
+    );
+    assert!(matches!(status.state, Status::Up { .. }), "{status:?}");
+    let now = servers
+        .call("Chatty", "get_current_time", &[json!("UTC")])
+        .unwrap();
+    assert_eq!(now["timezone"], "UTC");
+
+    // The server that stopped is down with its own last words, shortened.
+    let error = poll::wait_for(
+        "the broken server to be down",
+        Duration::from_secs(30),
+        || match servers.status("broken").state {
+            Status::Down { error } => Some(error),
+            _ => None,
+        },
+    );
+    assert!(
+        error.contains("starting") && error.contains("error: TIME_API_KEY is not set; export it"),
+        "{error}"
+    );
+    assert!(error.len() < 4_000, "{} bytes: {error}", error.len());
+}
+
+#[test]
+fn skills_commands_show_mcp_classes_and_the_servers_that_are_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mcp.json");
+    std::fs::write(
+        &file,
+        json!({"mcpServers": {
+            "time": time_server(&[]),
+            "broken": {"command": "sh", "args": ["-c", BROKEN]}
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let skills = dir.path().join("skills");
+    std::fs::create_dir(&skills).unwrap();
+    let spoke = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_strawberry-spoke"))
+            .args(args)
+            .env("STRAWBERRY_SPOKE__SKILLS__DIR", &skills)
+            .env(
+                "STRAWBERRY_SPOKE__DEVICE__DATA_DIR",
+                dir.path().join("data"),
+            )
+            .env("STRAWBERRY_SPOKE__MCP__CONFIG_FILE", &file)
+            .env("STRAWBERRY_SPOKE__LOG__LEVEL", "warn")
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    };
+    let list = spoke(&["skills", "list"]);
+    let stdout = String::from_utf8_lossy(&list.stdout);
+    assert!(list.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("\n  convert_time(source_timezone: string, time: string, target_timezone: string) -> map  "),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&list.stderr);
+    assert!(stderr.contains("MCP server `broken`"), "{stderr}");
+
+    let info = spoke(&["skills", "info", "Time.get_current_time"]);
+    assert!(
+        String::from_utf8_lossy(&info.stdout)
+            .starts_with("Time.get_current_time(timezone: string) -> map"),
+        "{}",
+        String::from_utf8_lossy(&info.stderr)
+    );
+    let call = spoke(&[
+        "skills",
+        "call",
+        "Time.get_current_time",
+        r#"["Asia/Tokyo"]"#,
+    ]);
+    let value: Value = serde_json::from_slice(&call.stdout).unwrap();
+    assert_eq!(value["timezone"], "Asia/Tokyo");
+
+    // `check` counts a server that is down as an error and says why.
+    let check = spoke(&["skills", "check"]);
+    assert_eq!(check.status.code(), Some(2));
+    let stdout = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        stdout.contains("1 skill classes, 2 functions loaded, 1 error(s)"),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&check.stderr);
+    assert!(
+        stderr.contains("MCP server `broken`") && stderr.contains("TIME_API_KEY is not set"),
+        "{stderr}"
+    );
 }

@@ -155,7 +155,8 @@ bash tests/setup-mcp.sh
 # need at their first start, so the venv is warmed by one start of the configuration the
 # tests use (the demo integration on loopback), after which the tests start it with
 # --skip-pip in about 2 s. Measured here: ~5 min for the packages and ~3 min for the
-# first start on a fresh machine; nothing when cached. Needs: python3-venv.
+# first start on a fresh machine, 16 min (162 s of CPU) on a busy one (BENCHMARKS.md,
+# "What MCP and Home Assistant add to CI"); nothing when cached. Needs: python3-venv.
 ha_venv=target/test-deps/ha-venv
 ha_pins="homeassistant==2024.3.3 josepy<2"
 if [ "$(cat "$ha_venv/.stamp" 2>/dev/null)" != "$ha_pins warmed" ]; then

@@ -156,7 +156,7 @@ pub enum HaError {
     },
     /// The body was over `homeassistant.max_response_bytes`.
     #[error(
-        "Home Assistant's answer to {path} is larger than {max} bytes (homeassistant.max_response_bytes)"
+        "Home Assistant's answer to {path} is larger than {max} bytes; raise homeassistant.max_response_bytes in the config if this home needs more"
     )]
     TooLarge {
         /// The path asked for.

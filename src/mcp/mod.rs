@@ -15,9 +15,11 @@
 //! the turn (the server is told), a cap on the result (`mcp.max_result_bytes`). A
 //! server is as trusted as a skill file (it runs with the daemon's user), but what it
 //! sends is bounded like any outside input: the message size, the tool list
-//! (`mcp.max_tools`, `mcp.max_text_bytes`), its stderr in the log. Servers start in the
-//! background ([`server`]): one that hangs or dies does not hold the daemon up, it is
-//! restarted with backoff and its calls say so meanwhile.
+//! (`mcp.max_tools`, `mcp.max_text_bytes`), its stderr in the log (a minute's share of
+//! it; its last lines go into the error when it stops, since they usually say why).
+//! Servers start in the background ([`server`]): one that hangs or dies does not hold
+//! the daemon up, it is restarted with backoff and its calls say so meanwhile;
+//! [`Mcp::status`] tells commands (`skills check`) where each server is.
 
 pub mod file;
 pub mod server;
@@ -38,6 +40,7 @@ use crate::skills::watch::LiveRegistry;
 use crate::skills::{CallError, ClassRuntime, SkillClass, SkillFunction};
 use crate::text::clean_text;
 use server::{Server, Settings, State};
+pub use server::{ServerStatus, Status};
 use tools::{TextLimits, ToolCall};
 
 /// `[mcp]`: MCP servers as skill classes (docs/mcp.md).
@@ -198,6 +201,11 @@ impl Mcp {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Each server's state, in the servers file's order.
+    pub fn status(&self) -> Vec<ServerStatus> {
+        self.servers.iter().map(|s| s.status()).collect()
     }
 
     /// Stops every server (stdio servers' processes are killed) and waits for it.

@@ -8,7 +8,7 @@
 //! connection lived a minute) and starts again. Calls meanwhile fail with what went
 //! wrong and when the next try is.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -44,7 +44,13 @@ pub const INHERITED_ENV: [&str; 6] = ["HOME", "LOGNAME", "PATH", "SHELL", "TERM"
 /// Longest line of a server's standard error copied into our log.
 const STDERR_LINE_BYTES: usize = 500;
 /// Lines of a server's standard error logged per minute; the rest are counted.
-const STDERR_LINES_PER_MINUTE: u32 = 60;
+pub const STDERR_LINES_PER_MINUTE: u32 = 60;
+/// Last lines of a server's standard error kept for the error when it stops: a
+/// server's own words about why it failed (a missing key, a bad argument) are what
+/// its owner needs, and they usually come last.
+pub const STDERR_TAIL_LINES: usize = 5;
+/// How long a stopped server's standard error is read on for its last words.
+const STDERR_DRAIN: Duration = Duration::from_secs(1);
 /// Pages of a tool list read at most.
 const MAX_PAGES: usize = 64;
 
@@ -110,6 +116,55 @@ pub struct Server {
     /// does not change with every restart.
     class: Mutex<Option<Class>>,
     changed: watch::Sender<u64>,
+    stderr: Arc<Mutex<Stderr>>,
+}
+
+/// What a stdio server wrote to its standard error.
+#[derive(Default)]
+struct Stderr {
+    /// The last [`STDERR_TAIL_LINES`] lines of the current run, shortened.
+    tail: VecDeque<String>,
+    /// Lines written, over all runs.
+    lines: u64,
+    /// Lines of them copied into the log.
+    logged: u64,
+    /// The reader of the current run's standard error.
+    reader: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// A server as commands and tests see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerStatus {
+    /// Its key in the servers file.
+    pub key: String,
+    /// Its class under `device`.
+    pub class: String,
+    /// Where it is.
+    pub state: Status,
+    /// Lines it wrote to its standard error (stdio servers, all runs).
+    pub stderr_lines: u64,
+    /// Lines of them copied into the log; the rest were over
+    /// [`STDERR_LINES_PER_MINUTE`].
+    pub stderr_logged: u64,
+}
+
+/// Where a server is, without its connection.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Status {
+    /// Starting (the first time or again).
+    Starting,
+    /// Connected; its functions' names.
+    Up {
+        /// The class's functions.
+        functions: Vec<String>,
+    },
+    /// Not running: why, with its last words on standard error.
+    Down {
+        /// What went wrong.
+        error: String,
+    },
+    /// Stopped with the daemon.
+    Stopped,
 }
 
 impl Server {
@@ -120,6 +175,27 @@ impl Server {
             state: Mutex::new(State::Starting),
             class: Mutex::new(None),
             changed,
+            stderr: Arc::default(),
+        }
+    }
+
+    /// Its state, function names and standard error counts.
+    pub fn status(&self) -> ServerStatus {
+        let state = match self.state() {
+            State::Starting => Status::Starting,
+            State::Up { doc, .. } => Status::Up {
+                functions: doc.functions.iter().map(|f| f.name.clone()).collect(),
+            },
+            State::Down { error, .. } => Status::Down { error },
+            State::Stopped => Status::Stopped,
+        };
+        let stderr = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        ServerStatus {
+            key: self.spec.key.clone(),
+            class: self.spec.class.clone(),
+            state,
+            stderr_lines: stderr.lines,
+            stderr_logged: stderr.logged,
         }
     }
 
@@ -164,6 +240,9 @@ impl Server {
                 ended = self.session(&settings) => ended,
                 _ = stop.cancelled() => break,
             };
+            // Not up any more; not down until its last words are in the error.
+            self.set(State::Starting);
+            let ended = self.with_last_words(ended).await;
             if started.elapsed() >= STABLE {
                 backoff = FIRST_BACKOFF;
             }
@@ -183,6 +262,33 @@ impl Server {
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
         self.set(State::Stopped);
+    }
+
+    /// `ended` and, for a stdio server that wrote to its standard error, the last
+    /// lines it wrote (read on for at most [`STDERR_DRAIN`], as its process is gone).
+    async fn with_last_words(&self, ended: String) -> String {
+        let reader = self
+            .stderr
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .reader
+            .take();
+        if let Some(mut reader) = reader
+            && tokio::time::timeout(STDERR_DRAIN, &mut reader)
+                .await
+                .is_err()
+        {
+            reader.abort();
+        }
+        let tail = std::mem::take(&mut self.stderr.lock().unwrap_or_else(|e| e.into_inner()).tail);
+        if tail.is_empty() {
+            return ended;
+        }
+        let words: Vec<String> = tail.into_iter().collect();
+        format!(
+            "{ended}; its last words on standard error: {}",
+            words.join(" | ")
+        )
     }
 
     /// One connection, from start to its end; returns why it ended.
@@ -363,7 +469,15 @@ impl Server {
             return Err("its standard input and output could not be connected".into());
         };
         if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(log_stderr(self.spec.key.clone(), stderr));
+            let reader = tokio::spawn(log_stderr(
+                self.spec.key.clone(),
+                stderr,
+                self.stderr.clone(),
+            ));
+            let mut kept = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(old) = kept.reader.replace(reader) {
+                old.abort();
+            }
         }
         Ok((ChildGroup(child), stdout, stdin))
     }
@@ -496,8 +610,8 @@ async fn list_tools(peer: &Peer<RoleClient>, max_tools: usize) -> Result<Vec<Too
 
 /// Copies a server's standard error into our log, line by line, each line shortened
 /// and at most [`STDERR_LINES_PER_MINUTE`] a minute (a chatty or broken server cannot
-/// flood the journal).
-async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
+/// flood the journal); the last lines are kept in `kept` for the error when it stops.
+async fn log_stderr(server: String, stderr: tokio::process::ChildStderr, kept: Arc<Mutex<Stderr>>) {
     let mut reader = tokio::io::BufReader::new(stderr);
     let mut line = Vec::new();
     let mut window = Instant::now();
@@ -519,12 +633,24 @@ async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
             logged = 0;
             dropped = 0;
         }
-        if logged < STDERR_LINES_PER_MINUTE {
+        let text = clean_line(&String::from_utf8_lossy(&line));
+        let log = logged < STDERR_LINES_PER_MINUTE;
+        if log {
             logged += 1;
-            tracing::info!(%server, "stderr: {}", clean_line(&String::from_utf8_lossy(&line)));
+            tracing::info!(%server, "stderr: {text}");
         } else {
             dropped += 1;
         }
+        let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+        kept.lines += 1;
+        kept.logged += u64::from(log);
+        if kept.tail.len() == STDERR_TAIL_LINES {
+            kept.tail.pop_front();
+        }
+        kept.tail.push_back(text);
+    }
+    if dropped > 0 {
+        tracing::warn!(%server, dropped, "MCP server wrote more to stderr than is logged");
     }
 }
 
