@@ -513,6 +513,13 @@ impl Server {
                 ));
             }
         };
+        // Its process ended a moment ago and the supervisor has not seen it yet.
+        if peer.is_transport_closed() {
+            return Err(format!(
+                "the MCP server `{}` is not running (its connection closed); it is being started again",
+                self.spec.key
+            ));
+        }
         let params = CallToolRequestParams::new(call.tool.clone()).with_arguments(arguments);
         Ok(runtime.spawn(async move {
             let result = peer.call_tool(params).await.map_err(|e| e.to_string());
