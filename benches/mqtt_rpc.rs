@@ -5,8 +5,9 @@
 //! rather than criterion: the figures that matter are percentiles over a fixed number
 //! of calls (10,000), which criterion does not report.
 
-#[path = "../tests/mosquitto/mod.rs"]
-mod mosquitto;
+#[path = "../tests/support/mod.rs"]
+#[allow(dead_code, reason = "a benchmark uses a few of the test helpers")]
+mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +21,8 @@ use strawberry_spoke::config::Config;
 use strawberry_spoke::daemon::Spoke;
 use strawberry_spoke::mqtt::{Link, LinkSettings, Role};
 use strawberry_spoke::skills::policy::NeverConfirm;
+
+use support::mosquitto;
 
 const CALLS: usize = 10_000;
 const WARMUP: usize = 500;

@@ -5,10 +5,6 @@
 //! The one stand-in is the server that never answers `initialize`: no real server
 //! misbehaves that way on purpose.
 
-mod mosquitto;
-
-use mosquitto::{Broker, poll};
-
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,6 +17,9 @@ use strawberry_spoke::host::HostSettings;
 use strawberry_spoke::mcp::{Mcp, McpConfig, McpError};
 use strawberry_spoke::skills::watch::LiveRegistry;
 use strawberry_spoke::skills::{CallError, Registry};
+
+use crate::support::mosquitto::Broker;
+use crate::support::poll;
 
 fn deps() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-deps")
