@@ -14,7 +14,9 @@ use strawberry_spoke::sandbox::Sandbox;
 use strawberry_spoke::skills::Registry;
 use tokio::sync::mpsc;
 
-use crate::support::llm::{Reply, ScriptedServer, delta_event, refusing_url, text_reply, text_reply_in_pieces};
+use crate::support::llm::{
+    Reply, ScriptedServer, delta_event, refusing_url, text_reply, text_reply_in_pieces,
+};
 use crate::support::{llm, poll};
 
 struct Setup {

@@ -4,8 +4,8 @@
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 
-use crate::support::skill::{Skill, field, strings};
 use crate::support::skill;
+use crate::support::skill::{Skill, field, strings};
 
 fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("temporary directory")

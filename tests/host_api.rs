@@ -13,8 +13,8 @@ use rhai::{Dynamic, Engine, Map};
 use strawberry_spoke::deadline;
 use strawberry_spoke::host::HostSettings;
 
-use crate::support::skill::field;
 use crate::support::skill;
+use crate::support::skill::field;
 
 struct Host {
     engine: Engine,

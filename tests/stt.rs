@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use strawberry_spoke::stt::{Settings, Transcriber, Verdict, audio};
 
+use crate::support::cpu;
 use crate::support::stt::{
     Clip, base_model, clips, clips_in, ct2_dir, ggml_model, normalise, word_error_rate,
 };
-use crate::support::{cpu, stt};
 
 fn transcriber(model: &Path) -> Transcriber {
     Transcriber::load(&Settings {

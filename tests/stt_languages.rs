@@ -10,8 +10,10 @@ use std::path::Path;
 
 use strawberry_spoke::stt::{Settings, SttError, Transcriber, audio};
 
-use crate::support::stt::{Clip, base_model, clips, ggml_model, lang_clips, normalise, word_error_rate};
 use crate::support::cpu;
+use crate::support::stt::{
+    Clip, base_model, clips, ggml_model, lang_clips, normalise, word_error_rate,
+};
 
 fn transcriber(model: &Path, language: &str, languages: &[&str]) -> Result<Transcriber, SttError> {
     Transcriber::load(&Settings {

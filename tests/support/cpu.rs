@@ -5,12 +5,13 @@
 //! then hears its next utterance while the last one is still being transcribed (which,
 //! correctly, interrupts it), or its follow-up window closes before the answer comes.
 //!
-//! So a test that must not have a heavy one beside it (real-time audio, or a measure of
-//! the process's own memory) takes [`quiet`], and a heavy one (Whisper, the embedding
-//! model, many wake word passes, Home Assistant starting) takes [`heavy`]. Heavy tests
-//! may run beside each other; quiet ones run one at a time (two real-time daemons would
-//! be two transcriptions at once). A test that takes neither is light, and may run
-//! beside anything.
+//! So a test that must not have a heavy one beside it (real-time audio, CPU-bound work
+//! that must finish within a wall-clock limit, a measure of the process's own memory)
+//! takes [`quiet`], and a heavy one (Whisper, the embedding model, many wake word
+//! passes, Home Assistant starting) takes [`heavy`]. Heavy tests may run beside each
+//! other; quiet ones run one at a time (two real-time daemons would be two
+//! transcriptions at once). A test that takes neither is light, and may run beside
+//! anything.
 //!
 //! A tokio lock: fair (a waiting quiet test is not starved by a stream of heavy ones),
 //! not poisoned by a failing test, and held across `.await` without blocking the

@@ -134,6 +134,7 @@ impl Mouth {
     }
 
     /// When the last sample of the latest utterance was written, once it was.
+    #[allow(dead_code, reason = "only benches/voice.rs times from it")]
     pub fn ended(&self) -> Option<Instant> {
         *self.ended.lock().expect("ended")
     }
