@@ -5,8 +5,9 @@
 //! rather than criterion: the figures that matter are percentiles over a fixed number
 //! of calls (10,000), which criterion does not report.
 
-#[path = "../tests/mosquitto/mod.rs"]
-mod mosquitto;
+#[path = "../tests/support/mod.rs"]
+#[allow(dead_code, reason = "a benchmark uses a few of the test helpers")]
+mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +23,8 @@ use strawberry_spoke::daemon::Spoke;
 use strawberry_spoke::mqtt::Role;
 use strawberry_spoke::skills::policy::NeverConfirm;
 use tokio_util::sync::CancellationToken;
+
+use support::mosquitto;
 
 const CALLS: usize = 10_000;
 const WARMUP: usize = 500;

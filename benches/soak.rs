@@ -14,10 +14,9 @@
 //! when a bound is broken. Under `cargo test --all-targets` (no `--bench` argument) a
 //! short smoke run checks the answers but not RSS, which needs the long run.
 
-#[path = "../tests/support/llm.rs"]
-mod llm;
-#[path = "../tests/mosquitto/mod.rs"]
-mod mosquitto;
+#[path = "../tests/support/mod.rs"]
+#[allow(dead_code, reason = "a benchmark uses a few of the test helpers")]
+mod support;
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -33,6 +32,8 @@ use strawberry_spoke::mqtt::Role;
 use strawberry_spoke::skills::policy::NeverConfirm;
 use strawberry_spoke::skills::watch::LiveRegistry;
 use tokio_util::sync::CancellationToken;
+
+use support::{llm, mosquitto};
 
 /// Most RSS growth allowed between the early and the final measurement.
 const RSS_GROWTH_LIMIT: f64 = 0.05;

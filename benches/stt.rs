@@ -24,8 +24,9 @@
 //! `STT_BENCH_REPS` (default 3) change the thread count and passes over the sets.
 //! Under `cargo test` this target only checks that it was built.
 
-#[path = "../tests/support/stt.rs"]
-mod stt_support;
+#[path = "../tests/support/mod.rs"]
+#[allow(dead_code, reason = "a benchmark uses a few of the test helpers")]
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,9 +35,11 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use strawberry_spoke::stt::{Settings, Transcriber, audio};
-use stt_support::{
+use stt::{
     Clip, base_model, cache_dir, clips, clips_in, ct2_dir, ggml_model, lang_clips, word_error_rate,
 };
+
+use support::stt;
 
 /// English voices no test uses, for the accuracy docs/voice-loop.md gives for unseen voices.
 const UNSEEN_VOICES: [&str; 4] = ["en-029", "en-gb-scotland+m2", "en-us+f4", "en-gb-x-gbcwmd"];
@@ -640,7 +643,7 @@ fn print_heldout_row(name: &str, run: &Run, clips: &[Clip]) {
 
 /// Words transcribed over words said.
 fn length_ratio(said: &str, heard: &str) -> f64 {
-    stt_support::normalise(heard).len() as f64 / stt_support::normalise(said).len().max(1) as f64
+    stt::normalise(heard).len() as f64 / stt::normalise(said).len().max(1) as f64
 }
 
 /// `clips` as heard in `room`, made once with sox under `target/stt-test/bench-rooms`:

@@ -8,8 +8,9 @@
 //!
 //! `cargo bench --bench turn` (`cargo bench --bench turn -- prompt/` for the prompts)
 
-#[path = "../tests/support/llm.rs"]
-mod llm;
+#[path = "../tests/support/mod.rs"]
+#[allow(dead_code, reason = "a benchmark uses a few of the test helpers")]
+mod support;
 
 use std::hint::black_box;
 use std::path::Path;
@@ -27,6 +28,8 @@ use strawberry_spoke::mqtt::protocol::Registration;
 use strawberry_spoke::skills::Registry;
 use strawberry_spoke::skills::watch::LiveRegistry;
 use tokio_util::sync::CancellationToken;
+
+use support::llm;
 
 const NOUNS: [&str; 10] = [
     "light", "music", "timer", "alarm", "door", "window", "heater", "fan", "blind", "garden",

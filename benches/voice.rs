@@ -14,19 +14,18 @@
 //! model (q8_0, `stt.language = "auto"` among en/de/fr/es) instead of tiny.en.
 //! Under `cargo test` this target only checks that its inputs exist.
 
-#[path = "../tests/support/llm.rs"]
-mod llm;
-#[path = "../tests/support/mouth.rs"]
-mod mouth;
-#[path = "../tests/support/stt.rs"]
-mod stt_support;
+#[path = "../tests/support/mod.rs"]
+#[allow(dead_code, reason = "a benchmark uses a few of the test helpers")]
+mod support;
 
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
 
 use llm::{Reply, ScriptedServer, text_reply};
 use mouth::{Mouth, WAKE_VOICES, asoundrc, make_fifo, wake_phrase};
-use stt_support::{base_model, cache_dir, ggml_model};
+use stt::{base_model, cache_dir, ggml_model};
+
+use support::{llm, mouth, stt};
 
 /// `VmRSS` / `VmHWM` of a process, in MiB.
 fn memory(pid: u32, key: &str) -> f64 {

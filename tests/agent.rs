@@ -2,16 +2,10 @@
 //! real HTTP, real SSE framing, real sandbox runs against real skill files. Each test
 //! checks the exact ordered output and what was sent back to the model.
 
-#[path = "support/llm.rs"]
-mod llm;
-#[path = "support/poll.rs"]
-mod poll;
-
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use llm::{Reply, ScriptedServer, delta_event, refusing_url, text_reply, text_reply_in_pieces};
 use serde_json::{Value, json};
 use strawberry_spoke::agent::{Agent, Session, TurnError, TurnEvent};
 use strawberry_spoke::app::Parts;
@@ -22,6 +16,11 @@ use strawberry_spoke::skills::Registry;
 use strawberry_spoke::skills::watch::LiveRegistry;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+use crate::support::llm::{
+    Reply, ScriptedServer, delta_event, refusing_url, text_reply, text_reply_in_pieces,
+};
+use crate::support::{llm, poll};
 
 struct Setup {
     agent: Agent,

@@ -1,8 +1,15 @@
 //! The real capture path: cpal opens ALSA devices fed from FIFOs at real-time pace
 //! (`tests/support/alsa.rs`), and what comes out must be the same sound at 16 kHz mono.
+//!
+//! A test binary of its own, not a module of the integration binary: ALSA reads its
+//! configuration from `HOME` once per process, and `support::alsa` points this process's
+//! `HOME` at the fake sound cards, which no test of another file should inherit.
 
-#[path = "support/alsa.rs"]
-mod alsa;
+mod support {
+    pub mod alsa;
+}
+
+use support::alsa;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

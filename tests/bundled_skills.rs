@@ -1,11 +1,11 @@
 //! The bundled skills, run for real: real Rhai, the real host API, real /proc, real `df`
 //! and `amixer` (or its absence), storage in a temporary data directory.
 
-mod support;
-
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
-use support::{Skill, field, strings};
+
+use crate::support::skill;
+use crate::support::skill::{Skill, field, strings};
 
 fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("temporary directory")
@@ -350,7 +350,7 @@ fn volume_without_a_sound_card_says_so() {
 #[test]
 fn every_bundled_skill_compiles() {
     let dir = tmp();
-    let mut files: Vec<_> = std::fs::read_dir(support::skills_dir())
+    let mut files: Vec<_> = std::fs::read_dir(skill::skills_dir())
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -376,7 +376,7 @@ fn every_bundled_skill_compiles() {
 
 #[test]
 fn the_readme_example_skill_compiles_with_the_host_api() {
-    let readme = std::fs::read_to_string(support::skills_dir().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(skill::skills_dir().join("README.md")).unwrap();
     let start = readme
         .find("A complete file")
         .expect("README has the worked example");
@@ -387,7 +387,7 @@ fn the_readme_example_skill_compiles_with_the_host_api() {
         .expect("the example is a rhai block");
     assert!(code.contains("@class KettleSkill"));
     let dir = tmp();
-    let (engine, _) = support::engine("KettleSkill", support::settings(dir.path()));
+    let (engine, _) = skill::engine("KettleSkill", skill::settings(dir.path()));
     let ast = engine
         .compile(code)
         .unwrap_or_else(|e| panic!("README example: {e}"));
@@ -513,7 +513,7 @@ fn speaking_needs_a_voice_and_respects_quiet_hours() {
     let settings = strawberry_spoke::host::HostSettings {
         quiet_hours: Some(quiet),
         services: strawberry_spoke::host::services::Services::with_speech(tx),
-        ..support::settings(dir.path())
+        ..skill::settings(dir.path())
     };
     let speaker = Skill::load_with("speaker.rhai", settings.clone());
     if !quiet.now() {

@@ -1,17 +1,12 @@
 //! The command line as a newcomer uses it: the real binary, a skills folder on disk,
 //! exit statuses and messages.
 
-#[path = "support/llm.rs"]
-mod llm;
-#[path = "support/poll.rs"]
-mod poll;
-#[path = "support/stt.rs"]
-mod stt;
-
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
+
+use crate::support::{cpu, llm, poll, stt};
 
 const HELLO_SKILL: &str = r#"//! Greets people by name.
 
@@ -556,6 +551,7 @@ fn suggest_stops_reading_an_answer_past_its_bound() {
 /// `stt.model`, the command says which line to set, and the file transcribes.
 #[test]
 fn model_fetch_works_from_a_build_and_lands_where_the_config_looks() {
+    let _cores = cpu::heavy_blocking();
     let spoke = Spoke::new();
     let models = tempfile::tempdir().unwrap();
     let configured = models.path().join("ggml-base-q8_0.bin");

@@ -3,13 +3,13 @@
 //! hostile WAV is refused with a clear error, storage stops at its caps, `@remote` marks
 //! what other devices may call (tests/mqtt_allow.rs calls them over a real broker).
 
-mod support;
-
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use strawberry_spoke::host::storage::StorageLimits;
 use strawberry_spoke::skills::{Registry, SkillClass};
+
+use crate::support::skill;
 
 struct Spoke {
     skills: tempfile::TempDir,
@@ -186,7 +186,7 @@ fn storage_bytes(data: &Path) -> u64 {
 /// Adds `item` to lists chosen by `list(i)` until an add fails or `most` adds were made;
 /// returns the failure and how many adds succeeded.
 fn fill_notes(
-    notes: &support::Skill,
+    notes: &skill::Skill,
     item: &str,
     most: usize,
     list: impl Fn(usize) -> String,
@@ -202,7 +202,7 @@ fn fill_notes(
 #[test]
 fn filling_notes_stops_at_the_skill_cap_and_the_disk_stays_bounded() {
     let data = tempfile::tempdir().unwrap();
-    let notes = support::Skill::load("notes.rhai", data.path());
+    let notes = skill::Skill::load("notes.rhai", data.path());
     let limits = StorageLimits::default();
     let item = "x".repeat(4000);
     // Forty lists growing together: the skill's total reaches its cap before any one
@@ -221,13 +221,13 @@ fn filling_notes_stops_at_the_skill_cap_and_the_disk_stays_bounded() {
     let bound = 2 * limits.max_bytes as u64 + 64 * 1024 + limits.max_value_bytes as u64;
     assert!(on_disk <= bound, "{on_disk} bytes on disk, bound {bound}");
     // What was stored before the cap is all there, also after a restart.
-    let again = support::Skill::load("notes.rhai", data.path());
+    let again = skill::Skill::load("notes.rhai", data.path());
     let lists = again.ok("lists", ());
     let total: i64 = lists
         .into_array()
         .unwrap()
         .iter()
-        .map(|l| support::field::<i64>(l, "count"))
+        .map(|l| skill::field::<i64>(l, "count"))
         .sum();
     assert_eq!(total as usize, added);
 }
@@ -235,7 +235,7 @@ fn filling_notes_stops_at_the_skill_cap_and_the_disk_stays_bounded() {
 #[test]
 fn one_list_stops_at_the_value_cap_with_the_key_named() {
     let data = tempfile::tempdir().unwrap();
-    let notes = support::Skill::load("notes.rhai", data.path());
+    let notes = skill::Skill::load("notes.rhai", data.path());
     let limits = StorageLimits::default();
     let item = "y".repeat(1000);
     let most = 2 * limits.max_value_bytes / item.len();
@@ -255,7 +255,7 @@ fn load_skill(text: &str) -> Result<SkillClass, String> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tagged.rhai");
     std::fs::write(&path, text).unwrap();
-    Registry::load_file(&path, &support::quick_settings()).map_err(|e| e.to_string())
+    Registry::load_file(&path, &skill::quick_settings()).map_err(|e| e.to_string())
 }
 
 fn remote_functions(class: &SkillClass) -> Vec<&str> {
@@ -338,7 +338,7 @@ fn reset() { () }
 
 #[test]
 fn bundled_skills_open_what_is_useful_from_another_room() {
-    let (registry, errors) = Registry::load(&support::skills_dir(), &support::quick_settings());
+    let (registry, errors) = Registry::load(&skill::skills_dir(), &skill::quick_settings());
     assert!(errors.is_empty(), "{errors:?}");
     let remote = |name: &str| remote_functions(registry.class(name).unwrap());
     assert_eq!(
@@ -370,7 +370,7 @@ fn bundled_skills_open_what_is_useful_from_another_room() {
     let spoke = Spoke::new();
     for file in ["clock.rhai", "notes.rhai"] {
         std::fs::copy(
-            support::skills_dir().join(file),
+            skill::skills_dir().join(file),
             spoke.skills.path().join(file),
         )
         .unwrap();

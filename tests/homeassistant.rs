@@ -7,28 +7,18 @@
 //! each reach the model and the log while the daemon goes on. A missing Home
 //! Assistant fails these tests: run `bash tests/setup.sh`.
 
-#[path = "support/daemon.rs"]
-mod daemon;
-#[path = "support/llm.rs"]
-mod llm;
-#[path = "support/mouth.rs"]
-mod mouth;
-#[path = "support/poll.rs"]
-mod poll;
-#[path = "support/stt.rs"]
-mod stt_support;
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use daemon::{NotifySocket, Spoke, wake_phrase};
-use llm::{Reply, ScriptedServer, text_reply};
-use mouth::Mouth;
 use serde_json::{Value, json};
 use strawberry_spoke::config::HomeAssistantConfig;
-use support::{Skill, field};
+
+use crate::support::daemon::{NotifySocket, Spoke, wake_phrase};
+use crate::support::llm::{Reply, ScriptedServer, text_reply};
+use crate::support::mouth::Mouth;
+use crate::support::skill::{Skill, field};
+use crate::support::{cpu, poll, skill};
 
 /// How long Home Assistant may take to start on a busy machine (about 2 s when idle).
 const START: Duration = Duration::from_secs(120);
@@ -228,7 +218,7 @@ impl Drop for HomeAssistant {
 fn skill(config: &HomeAssistantConfig, data: &Path) -> Skill {
     let settings = strawberry_spoke::host::HostSettings {
         homeassistant: config.settings(),
-        ..support::settings(data)
+        ..skill::settings(data)
     };
     Skill::load_with("homeassistant.rhai", settings)
 }
@@ -245,6 +235,7 @@ fn states(result: &rhai::Dynamic) -> Vec<(String, String)> {
 
 #[test]
 fn the_skill_finds_and_controls_a_real_home() {
+    let _cores = cpu::heavy_blocking();
     let ha = HomeAssistant::start();
     let data = tempfile::tempdir().unwrap();
     let home = skill(&ha.config(&ha.token_file()), data.path());
@@ -393,7 +384,7 @@ fn unlocking_disarming_and_opening_doors_ask_first() {
     let data = tempfile::tempdir().unwrap();
     let home = skill(&HomeAssistantConfig::default(), data.path());
     let class = strawberry_spoke::skills::Registry::load_file(
-        &support::skills_dir().join("homeassistant.rhai"),
+        &skill::skills_dir().join("homeassistant.rhai"),
         &home.settings,
     )
     .unwrap();
@@ -417,6 +408,7 @@ fn unlocking_disarming_and_opening_doors_ask_first() {
 
 #[test]
 fn unlock_from_model_code_without_a_person_is_refused() {
+    let _cores = cpu::heavy_blocking();
     let ha = HomeAssistant::start();
     let token = ha.token_file();
     // `exec` runs code without the hub.
@@ -470,6 +462,7 @@ fn feedback(request: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn turn_on_the_kitchen_lights_by_voice_and_errors_reach_the_model_and_the_log() {
+    let _cores = cpu::quiet().await;
     let mut ha = HomeAssistant::start();
     ha.service(
         "light",

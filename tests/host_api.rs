@@ -1,8 +1,6 @@
 //! The host API as skill code sees it: real Rhai scripts calling real processes, a real
 //! HTTP server on loopback, real files and the real clock.
 
-mod support;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
@@ -14,7 +12,9 @@ use jiff::tz::TimeZone;
 use rhai::{Dynamic, Engine, Map};
 use strawberry_spoke::deadline;
 use strawberry_spoke::host::HostSettings;
-use support::field;
+
+use crate::support::skill;
+use crate::support::skill::field;
 
 struct Host {
     engine: Engine,
@@ -27,9 +27,9 @@ fn host() -> Host {
 
 fn host_with(change: impl FnOnce(&mut HostSettings)) -> Host {
     let data = tempfile::tempdir().unwrap();
-    let mut settings = support::settings(data.path());
+    let mut settings = skill::settings(data.path());
     change(&mut settings);
-    let (engine, _) = support::engine("TestSkill", settings);
+    let (engine, _) = skill::engine("TestSkill", settings);
     Host {
         engine,
         _data: data,
@@ -368,7 +368,7 @@ fn http_connection_failures_name_the_url() {
 #[test]
 fn storage_round_trips_values_and_persists() {
     let data = tempfile::tempdir().unwrap();
-    let (engine, _) = support::engine("TestSkill", support::settings(data.path()));
+    let (engine, _) = skill::engine("TestSkill", skill::settings(data.path()));
     let r = engine
         .eval::<Dynamic>(
             r#"
@@ -396,15 +396,15 @@ fn storage_round_trips_values_and_persists() {
         serde_json::json!({"a": [1, 2.5, "x", true, null], "n": {"deep": "yes"}})
     );
     assert_eq!(field::<i64>(&r, "counter"), 42);
-    assert_eq!(support::strings(&field(&r, "keys")), ["counter", "k"]);
+    assert_eq!(skill::strings(&field(&r, "keys")), ["counter", "k"]);
     assert!(field::<bool>(&r, "removed"));
     assert!(!field::<bool>(&r, "removed_again"));
 
-    let (engine, _) = support::engine("TestSkill", support::settings(data.path()));
+    let (engine, _) = skill::engine("TestSkill", skill::settings(data.path()));
     let deep = engine.eval::<String>(r#"storage_get("k").n.deep"#).unwrap();
     assert_eq!(deep, "yes");
     // Another class has its own file.
-    let (other, _) = support::engine("OtherSkill", support::settings(data.path()));
+    let (other, _) = skill::engine("OtherSkill", skill::settings(data.path()));
     assert!(
         other
             .eval::<Dynamic>(r#"storage_get("k")"#)
@@ -523,7 +523,7 @@ fn files_read_list_exists_with_a_size_cap() {
         &format!("read_file {d}/nope: No such file or directory"),
     );
     assert_eq!(
-        support::strings(&h.ok(&format!(r#"list_dir("{d}")"#))),
+        skill::strings(&h.ok(&format!(r#"list_dir("{d}")"#))),
         ["a.txt", "b.txt"]
     );
     assert!(

@@ -4,13 +4,9 @@
 //! on loopback, real agent turns; each failure ends the turn with a named limit and
 //! the next turn works.
 
-#[path = "support/llm.rs"]
-mod llm;
-
 use std::path::Path;
 use std::sync::Arc;
 
-use llm::{Reply, ScriptedServer, delta_event, text_reply};
 use serde_json::json;
 use strawberry_spoke::agent::{Agent, Session, TurnError, TurnEvent};
 use strawberry_spoke::app::Parts;
@@ -19,6 +15,9 @@ use strawberry_spoke::hub::HubClient;
 use strawberry_spoke::skills::watch::LiveRegistry;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+use crate::support::cpu;
+use crate::support::llm::{Reply, ScriptedServer, delta_event, text_reply};
 
 /// How much a turn against a hostile hub may raise the process's peak RSS: generous
 /// for a test binary, far below what a vector grown to a million tool calls takes.
@@ -100,7 +99,14 @@ async fn fails_then_recovers(first: Reply, tweak: impl FnOnce(&mut Config)) -> V
     events
 }
 
-/// The process's peak resident set so far, in KiB.
+/// Sets the process's peak resident set back to what it holds now (Linux 4.0 and
+/// later), so the next reading of the peak is this test's, not an earlier test's in
+/// this binary.
+fn reset_peak_rss() {
+    std::fs::write("/proc/self/clear_refs", "5").expect("resetting the peak RSS");
+}
+
+/// The process's peak resident set since the last reset, in KiB.
 fn peak_rss_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     status
@@ -112,6 +118,9 @@ fn peak_rss_kib() -> u64 {
 
 #[tokio::test]
 async fn a_huge_tool_call_index_ends_the_round_without_allocating_for_it() {
+    // No Whisper or embedding model loading beside this, in this process, while it
+    // measures the process's memory.
+    let _cores = cpu::quiet().await;
     for (index, mode) in [
         (4_294_967_295u64, CodeMode::Tools),
         (1_000_000, CodeMode::Fenced),
@@ -126,6 +135,7 @@ async fn a_huge_tool_call_index_ends_the_round_without_allocating_for_it() {
             ),
             "data: [DONE]\n\n".to_string(),
         ];
+        reset_peak_rss();
         let before = peak_rss_kib();
         let events = fails_then_recovers(Reply::Chunks(chunks), |c| c.hub.mode = mode).await;
         let growth = peak_rss_kib().saturating_sub(before);

@@ -8,10 +8,6 @@
 //! published servers announce no change after their start (server-everything's one
 //! `tools/list_changed` comes as it initializes, before the first list is read).
 
-mod mosquitto;
-
-use mosquitto::{Broker, poll};
-
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -24,6 +20,9 @@ use strawberry_spoke::host::HostSettings;
 use strawberry_spoke::mcp::{Mcp, McpConfig, McpError, ServerStatus, Status};
 use strawberry_spoke::skills::watch::LiveRegistry;
 use strawberry_spoke::skills::{CallError, Registry};
+
+use crate::support::mosquitto::Broker;
+use crate::support::poll;
 
 fn deps() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-deps")

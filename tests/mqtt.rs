@@ -3,16 +3,14 @@
 //! and TLS, hostile payloads on the call topic, skill hot reload, and every online
 //! room's skills in the prompt.
 
-#[path = "support/llm.rs"]
-mod llm;
-mod mosquitto;
-
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mosquitto::{Broker, Options};
 use serde_json::Value;
+
+use crate::support::mosquitto::{Broker, Options};
+use crate::support::{cpu, llm};
 
 const GREETER: &str = r#"//! Greets people by name.
 //!
@@ -1156,6 +1154,7 @@ fn the_prompt_budget_holds_with_five_rooms_of_a_hundred_functions() {
 /// embedding model the search finds the TV first; with words alone it does not.
 #[test]
 fn another_rooms_skill_is_found_by_meaning() {
+    let _cores = cpu::heavy_blocking();
     let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/stt-test/minilm");
     assert!(
         model.join("model.safetensors").is_file(),

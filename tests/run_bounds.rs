@@ -2,9 +2,6 @@
 //! cancellation from another thread. Real skill files under the real registry and
 //! device, real wasm guest (issue 14).
 
-#[path = "support/poll.rs"]
-mod poll;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -17,6 +14,8 @@ use strawberry_spoke::sandbox::{
 };
 use strawberry_spoke::skills::Registry;
 use strawberry_spoke::skills::policy::NeverConfirm;
+
+use crate::support::poll;
 
 /// The bound issue 14 sets for noticing a cancellation or the end of the run's time.
 const SLACK: Duration = Duration::from_millis(500);

@@ -1,17 +1,17 @@
 //! Binding arguments to documented signatures: positional, named, defaults, errors.
 
-mod support;
-
 use std::path::Path;
 use std::sync::OnceLock;
 
 use serde_json::json;
 use strawberry_spoke::skills::{ArgError, Registry, SkillFunction, bind};
 
+use crate::support::skill;
+
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
-        let settings = support::quick_settings();
+        let settings = skill::quick_settings();
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/skills_good");
         let (registry, errors) = Registry::load(&dir, &settings);
         assert!(errors.is_empty(), "{errors:?}");

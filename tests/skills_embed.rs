@@ -9,6 +9,8 @@ use strawberry_spoke::embed::{Semantic, cosine};
 use strawberry_spoke::skills::search::{self, ClassIndex, Doc};
 use strawberry_spoke::skills::{ClassDoc, Example, Param, SkillFunction, ValueType};
 
+use crate::support::cpu;
+
 fn model_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/stt-test/minilm");
     assert!(
@@ -119,6 +121,7 @@ fn ranked(index: &ClassIndex, classes: &[ClassDoc], query: &str) -> Vec<String> 
 
 #[test]
 fn the_model_knows_a_television_is_a_tv() {
+    let _cores = cpu::heavy_blocking();
     let s = shared();
     let q = s.embed_query("turn on the television");
     let tv = cosine(&q, &s.embed_query("Switch the TV on"));
@@ -138,6 +141,7 @@ fn the_model_knows_a_television_is_a_tv() {
 
 #[test]
 fn synonyms_find_the_function_with_the_model_and_not_without() {
+    let _cores = cpu::heavy_blocking();
     let classes = living_room();
     let hybrid = ClassIndex::build_with(&classes, Some(shared()));
     let lexical = ClassIndex::build_with(&classes, None);
@@ -165,6 +169,7 @@ fn synonyms_find_the_function_with_the_model_and_not_without() {
 
 #[test]
 fn without_a_model_the_ranking_is_lexical() {
+    let _cores = cpu::heavy_blocking();
     let classes = living_room();
     let index = ClassIndex::build_with(&classes, None);
     let docs: Vec<Doc<'_>> = (0..classes.len())
@@ -189,6 +194,7 @@ fn without_a_model_the_ranking_is_lexical() {
 
 #[test]
 fn skill_text_is_embedded_once_per_version() {
+    let _cores = cpu::heavy_blocking();
     let semantic = Arc::new(Semantic::load(&model_dir()).unwrap_or_else(|e| panic!("{e}")));
     let classes = living_room();
     let functions: usize = classes.iter().map(|c| c.functions.len()).sum();
@@ -260,6 +266,7 @@ fn kitchen(requests: &[&str], example: Option<&str>) -> Vec<ClassDoc> {
 
 #[test]
 fn ways_of_asking_find_a_function_its_documentation_does_not() {
+    let _cores = cpu::heavy_blocking();
     let semantic = Arc::new(Semantic::load(&model_dir()).unwrap_or_else(|e| panic!("{e}")));
     let query = "we're out of milk";
     let bare = kitchen(&[], None);

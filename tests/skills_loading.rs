@@ -1,14 +1,14 @@
 //! Loading skill files: what good files turn into, and the exact errors of broken ones.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 
 use strawberry_spoke::host::HostSettings;
 use strawberry_spoke::skills::{LoadError, LookupError, Registry, ValueType};
 
+use crate::support::skill;
+
 fn settings() -> HostSettings {
-    support::quick_settings()
+    skill::quick_settings()
 }
 
 fn fixtures(name: &str) -> PathBuf {

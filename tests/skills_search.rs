@@ -1,13 +1,13 @@
 //! Search ranking: relevance over names and docs, typos, determinism.
 
-mod support;
-
 use std::path::Path;
 
 use strawberry_spoke::skills::Registry;
 
+use crate::support::skill;
+
 fn registry() -> Registry {
-    let settings = support::quick_settings();
+    let settings = skill::quick_settings();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/skills_search");
     let (registry, errors) = Registry::load(&dir, &settings);
     assert!(errors.is_empty(), "{errors:?}");

@@ -2,15 +2,14 @@
 //! by `model import-ct2`, run by whisper.cpp on espeak-ng recordings in four voices.
 //! `tests/setup.sh` fetches the model and makes the recordings.
 
-#[path = "support/stt.rs"]
-mod stt_support;
-
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use strawberry_spoke::stt::{Settings, Transcriber, Verdict, audio};
-use stt_support::{
+
+use crate::support::cpu;
+use crate::support::stt::{
     Clip, base_model, clips, clips_in, ct2_dir, ggml_model, normalise, word_error_rate,
 };
 
@@ -58,11 +57,13 @@ fn assert_set_wer(model: &Path, clips: &[Clip], max_wer: f64) {
 
 #[test]
 fn imported_q8_0_model_transcribes_the_set() {
+    let _cores = cpu::heavy_blocking();
     assert_set_wer(&ggml_model("q8_0"), &clips(), 0.10);
 }
 
 #[test]
 fn imported_f16_model_transcribes_the_set() {
+    let _cores = cpu::heavy_blocking();
     assert_set_wer(&ggml_model("f16"), &clips(), 0.10);
 }
 
@@ -79,6 +80,7 @@ fn spoke(args: &[&str], env: &[(&str, &str)]) -> Output {
 
 #[test]
 fn transcribe_command_resamples_and_prints_transcript_and_timings() {
+    let _cores = cpu::heavy_blocking();
     let model = ggml_model("q8_0");
     let clip = &clips_in(&ct2_dir().parent().unwrap().join("wav/other"))[0];
     let wav = clip.wav.to_str().unwrap();
@@ -240,6 +242,7 @@ fn long_utterance(seconds: usize) -> Vec<f32> {
 
 #[test]
 fn a_transcription_out_of_time_stops_mid_decode_and_says_so() {
+    let _cores = cpu::heavy_blocking();
     let samples = long_utterance(28);
     // With time to spare the words come back.
     let t = transcriber(&ggml_model("q8_0"));
@@ -272,6 +275,7 @@ fn a_transcription_out_of_time_stops_mid_decode_and_says_so() {
 
 #[test]
 fn transcribe_command_reports_running_out_of_time() {
+    let _cores = cpu::heavy_blocking();
     let dir = tempfile::tempdir().unwrap();
     let wav = dir.path().join("long.wav");
     strawberry_spoke::audio::wav::write_wav(&wav, &long_utterance(28), 16_000).unwrap();
@@ -299,6 +303,7 @@ fn transcribe_command_reports_running_out_of_time() {
 /// the command comes back once.
 #[test]
 fn a_looping_decode_is_caught_and_the_command_said_once() {
+    let _cores = cpu::heavy_blocking();
     let clip = clips()
         .into_iter()
         .find(|c| c.wav.ends_with("en-gb-x-rp_m3-08.wav"))

@@ -5,14 +5,15 @@
 //! issue's floors for the other languages are checked by an ignored test, unmet with
 //! this model; a fixed language or an English-only model behave as configured.
 
-#[path = "support/stt.rs"]
-mod stt_support;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use strawberry_spoke::stt::{Settings, SttError, Transcriber, audio};
-use stt_support::{Clip, base_model, clips, ggml_model, lang_clips, normalise, word_error_rate};
+
+use crate::support::cpu;
+use crate::support::stt::{
+    Clip, base_model, clips, ggml_model, lang_clips, normalise, word_error_rate,
+};
 
 fn transcriber(model: &Path, language: &str, languages: &[&str]) -> Result<Transcriber, SttError> {
     Transcriber::load(&Settings {
@@ -116,6 +117,7 @@ fn household_sets() -> [(&'static str, Vec<Clip>); 4] {
 /// the README's 10%, even among commands in other languages.
 #[test]
 fn in_a_household_of_four_languages_english_stays_english_and_detection_stays_in_the_list() {
+    let _cores = cpu::heavy_blocking();
     let household = ["en", "de", "fr", "es"];
     let t = transcriber(&base_model("q8_0"), "auto", &household).unwrap();
     let heard = hear_interleaved(&t, &household_sets());
@@ -143,10 +145,11 @@ fn in_a_household_of_four_languages_english_stays_english_and_detection_stays_in
 /// only multilingual model on a package registry (Whisper base): faster-whisper on the
 /// same weights mishears these voices as badly (BENCHMARKS.md, "Languages"), so this is
 /// the model, and it stays here, ignored, for the day a better model can be fetched:
-/// `cargo test --test stt_languages -- --ignored`.
+/// `cargo test --test integration -- --ignored stt_languages::`.
 #[test]
 #[ignore = "unmet with Whisper base on espeak-ng voices; see BENCHMARKS.md, Languages"]
 fn german_french_and_spanish_meet_the_issue_floors() {
+    let _cores = cpu::heavy_blocking();
     let household = ["en", "de", "fr", "es"];
     let t = transcriber(&base_model("q8_0"), "auto", &household).unwrap();
     let heard = hear_interleaved(&t, &household_sets());
@@ -171,6 +174,7 @@ fn german_french_and_spanish_meet_the_issue_floors() {
 
 #[test]
 fn a_configured_language_is_used_without_detection() {
+    let _cores = cpu::heavy_blocking();
     let t = transcriber(&base_model("q8_0"), "de", &[]).unwrap();
     let heard = hear(&t, &lang_clips("de")[..2], "de");
     assert!(heard.iter().all(|h| h.language == "de"));
@@ -182,6 +186,7 @@ fn a_configured_language_is_used_without_detection() {
 
 #[test]
 fn an_english_only_model_hears_english_and_refuses_other_languages() {
+    let _cores = cpu::heavy_blocking();
     let tiny = ggml_model("q8_0");
     let t = transcriber(&tiny, "auto", &["de", "en"]).unwrap();
     assert_eq!(hear(&t, &clips()[..1], "en")[0].language, "en");

@@ -2,14 +2,13 @@
 //! with silence or with pink noise from sox, measured against where the speech really
 //! ends in the clean recording.
 
-#[path = "support/stt.rs"]
-mod stt_support;
-
 use std::path::Path;
 use std::process::Command;
 
 use strawberry_spoke::audio::wav::read_wav_16k;
 use strawberry_spoke::vad::{Endpoint, Endpointer, VadSettings};
+
+use crate::support::stt;
 
 const RATE: f64 = 16_000.0;
 
@@ -61,7 +60,7 @@ fn run(settings: &VadSettings, audio: &[f32]) -> Option<Endpoint> {
 
 fn check_end_of_speech(noise: Option<&[f32]>) {
     let settings = VadSettings::default();
-    let clips = stt_support::clips();
+    let clips = stt::clips();
     let mut worst = 0.0f64;
     let mut report = String::new();
     for clip in &clips {
@@ -142,7 +141,7 @@ fn talking_on_and_on_hits_the_maximum_length() {
     let noise = pink_noise(dir.path(), 7);
     // Five commands in a row with short pauses: about 10 s of talk.
     let mut talk = Vec::new();
-    for clip in stt_support::clips().iter().take(5) {
+    for clip in stt::clips().iter().take(5) {
         talk.extend(read_wav_16k(&clip.wav).unwrap().0);
         talk.extend(std::iter::repeat_n(0.0, 2400));
     }
@@ -168,7 +167,7 @@ fn talking_on_and_on_hits_the_maximum_length() {
 fn wav_source_frames_drive_the_detector_like_a_microphone() {
     // The path `listen FILE.wav` will take: a 44.1 kHz stereo file, read, resampled and
     // framed by the WAV source, then the detector.
-    let clip = &stt_support::clips()[0];
+    let clip = &stt::clips()[0];
     let clean = read_wav_16k(&clip.wav).unwrap().0;
     let (_, last) = speech_bounds(&clean);
     let audio = padded(&clean, 0.5, 2.0, None);

@@ -4,31 +4,15 @@
 //! Recordings come from `tests/setup.sh` (espeak-ng voices); speech to text uses the
 //! real tiny.en weights.
 
-#[path = "support/llm.rs"]
-mod llm;
-#[path = "support/mouth.rs"]
-mod mouth;
-#[path = "support/stt.rs"]
-mod stt_support;
-
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use llm::{Reply, ScriptedServer, text_reply};
-use mouth::{Mouth, WAKE_VOICES};
-use stt_support::{cache_dir, ggml_model};
-
-/// Whisper's worker threads spin-wait: two spokes transcribing at once on a 2-core
-/// machine slow each other several times over, and a real-time session then hears
-/// its next wake word while the last command is still being transcribed (which,
-/// correctly, interrupts it). So the tests here run one at a time.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().await
-}
+use crate::support::llm::{Reply, ScriptedServer, text_reply};
+use crate::support::mouth::{Mouth, WAKE_VOICES};
+use crate::support::stt::{cache_dir, ggml_model};
+use crate::support::{cpu, mouth, stt};
 
 /// A spoke's files: config, skills, data, and a HOME holding its ALSA devices.
 struct Spoke {
@@ -113,7 +97,7 @@ fn rms(samples: &[f32]) -> f32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listen_runs_a_recording_through_every_stage_and_speaks_the_reply() {
-    let _serial = one_at_a_time().await;
+    let _cores = cpu::heavy().await;
     let hub = ScriptedServer::start(vec![Reply::Chunks(text_reply(&[
         "It will be sunny ",
         "tomorrow, with a high of twenty degrees. ",
@@ -190,7 +174,7 @@ async fn listen_runs_a_recording_through_every_stage_and_speaks_the_reply() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_phrase_stops_without_asking_the_model() {
-    let _serial = one_at_a_time().await;
+    let _cores = cpu::heavy().await;
     let hub = ScriptedServer::start(vec![]).await;
     let spoke = Spoke::new(&hub.url, "");
     let wav = spoke.path("stop.wav");
@@ -208,7 +192,7 @@ async fn a_stop_phrase_stops_without_asking_the_model() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recording_without_the_wake_word_is_said_to_be_one() {
-    let _serial = one_at_a_time().await;
+    let _cores = cpu::heavy().await;
     let hub = ScriptedServer::start(vec![]).await;
     let spoke = Spoke::new(&hub.url, "");
     let wav = spoke.path("other.wav");
@@ -229,7 +213,7 @@ async fn a_recording_without_the_wake_word_is_said_to_be_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_hub_is_spoken_as_an_apology_not_a_crash() {
-    let _serial = one_at_a_time().await;
+    let _cores = cpu::heavy().await;
     let hub = ScriptedServer::start(vec![Reply::Status(500, "model crashed".into())]).await;
     let spoke = Spoke::new(&hub.url, "");
     let reply = spoke.path("reply.wav");
@@ -373,7 +357,7 @@ async fn until(secs: u64, what: &str, log: impl Fn() -> String, mut done: impl F
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_whole_run_session_answers_follows_up_is_interrupted_and_stops_on_sigterm() {
-    let _serial = one_at_a_time().await;
+    let _cores = cpu::quiet().await;
     let hub = ScriptedServer::start(vec![
         Reply::Chunks(text_reply(&[
             "Tomorrow will be sunny. ",
@@ -481,7 +465,7 @@ async fn a_whole_run_session_answers_follows_up_is_interrupted_and_stops_on_sigt
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_microphone_is_reported_the_daemon_stays_up_and_reloads_on_sighup() {
-    let _serial = one_at_a_time().await;
+    let _cores = cpu::quiet().await;
     let hub = ScriptedServer::start(vec![]).await;
     let spoke = Spoke::new(&hub.url, &DEVICES.replace("spoke_test_mic", "no_such_mic"));
     declare_devices(&spoke, "spoke_test_mic");
@@ -559,7 +543,7 @@ async fn a_missing_microphone_is_reported_the_daemon_stays_up_and_reloads_on_sig
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wakeword_record_prompts_for_takes_from_the_microphone_and_trains_on_them() {
-    let _serial = one_at_a_time().await;
+    let _cores = cpu::quiet().await;
     let spoke = Spoke::new("http://127.0.0.1:9/v1", DEVICES);
     let (fifo, _) = declare_devices(&spoke, "spoke_test_mic");
     let mut takes = Vec::new();
@@ -634,7 +618,7 @@ async fn wakeword_record_prompts_for_takes_from_the_microphone_and_trains_on_the
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_voices_through_the_microphone_wake_are_cut_and_transcribed() {
-    let _serial = one_at_a_time().await;
+    let _cores = cpu::quiet().await;
     let hub = ScriptedServer::cycling(vec![Reply::Chunks(text_reply(&["Okay."]))]).await;
     let spoke = Spoke::new(&hub.url, &format!("{DEVICES}cues = false\n"));
     let (fifo, _) = declare_devices(&spoke, "spoke_test_mic");
@@ -672,7 +656,7 @@ async fn eight_voices_through_the_microphone_wake_are_cut_and_transcribed() {
     let pairs = transcripts
         .iter()
         .map(|t| ("what is the weather like tomorrow", *t));
-    let wer = stt_support::word_error_rate(pairs);
+    let wer = stt::word_error_rate(pairs);
     let heard: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("command heard") || l.contains("wake word"))

@@ -4,26 +4,12 @@
 //! `tests/voice.rs` does), `listen` through a recording whose next utterance is the
 //! answer. Real espeak-ng, real tiny.en weights, the scripted hub.
 
-#[path = "support/daemon.rs"]
-mod daemon;
-#[path = "support/llm.rs"]
-mod llm;
-#[path = "support/mouth.rs"]
-mod mouth;
-#[path = "support/poll.rs"]
-mod poll;
-#[path = "support/stt.rs"]
-mod stt_support;
-
 use std::time::Duration;
 
-use daemon::{NotifySocket, Spoke, wake_phrase};
-use llm::{Reply, ScriptedServer, text_reply};
-use mouth::Mouth;
-
-/// Whisper's worker threads spin-wait, so two sessions at once on a small machine slow
-/// each other into missed timings (see `tests/voice.rs`): one at a time.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use crate::support::daemon::{NotifySocket, Spoke, wake_phrase};
+use crate::support::llm::{Reply, ScriptedServer, text_reply};
+use crate::support::mouth::Mouth;
+use crate::support::{cpu, poll};
 
 /// A generous bound on each step of a session (transcribing, the hub, speaking).
 const STEP: Duration = Duration::from_secs(30);
@@ -79,7 +65,7 @@ fn last_message(request: &serde_json::Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_asks_aloud_and_runs_only_after_a_spoken_yes() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    let _cores = cpu::quiet().await;
     let hub = ScriptedServer::start(vec![
         Reply::Chunks(text_reply(&[CALL])),
         Reply::Chunks(text_reply(&["The door is open."])),
@@ -145,7 +131,7 @@ async fn run_asks_aloud_and_runs_only_after_a_spoken_yes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listen_shows_the_question_and_the_answer_from_the_recording() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    let _cores = cpu::heavy().await;
     let hub = ScriptedServer::start(vec![
         Reply::Chunks(text_reply(&[CALL])),
         Reply::Chunks(text_reply(&["The door is open."])),

@@ -3,24 +3,12 @@
 //! each with its own FIFO microphone fed the same recording at different levels, each
 //! with its own scripted hub so the test sees who answered.
 
-#[path = "support/daemon.rs"]
-mod daemon;
-#[path = "support/llm.rs"]
-mod llm;
-#[path = "mosquitto/mod.rs"]
-mod mosquitto;
-#[path = "support/mouth.rs"]
-mod mouth;
-#[path = "support/stt.rs"]
-mod stt_support;
-// The harness brings the polling helper: one copy of the module per test binary.
-use mosquitto::poll;
-
 use std::time::Duration;
 
-use daemon::{Daemon, NotifySocket, Spoke, wake_phrase};
-use llm::{Reply, ScriptedServer, text_reply};
-use mouth::Mouth;
+use crate::support::daemon::{Daemon, NotifySocket, Spoke, wake_phrase};
+use crate::support::llm::{Reply, ScriptedServer, text_reply};
+use crate::support::mouth::Mouth;
+use crate::support::{cpu, mosquitto, poll};
 
 const STEP: Duration = Duration::from_secs(30);
 const IDLE: &str = "Listening for \"";
@@ -113,6 +101,7 @@ fn trial(rooms: &[&Room; 2], phrase: &[f32], levels: [f32; 2], delay_ms: usize) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_louder_spoke_answers_and_only_it() {
+    let _cores = cpu::quiet().await;
     let mut broker = mosquitto::Broker::start();
     let kitchen = Room::start("Kitchen", "kitchen", &broker).await;
     let hall = Room::start("Hall", "hall", &broker).await;

@@ -6,25 +6,16 @@
 //! file; the speech engine is espeak-ng behind a wrapper that records which voice it
 //! was asked for.
 
-#[path = "support/daemon.rs"]
-mod daemon;
-#[path = "support/llm.rs"]
-mod llm;
-#[path = "support/mouth.rs"]
-mod mouth;
-#[path = "support/poll.rs"]
-mod poll;
-#[path = "support/stt.rs"]
-mod stt_support;
-
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use daemon::{NotifySocket, Spoke};
-use llm::{Reply, ScriptedServer, text_reply};
-use mouth::Mouth;
 use strawberry_spoke::audio::wav::read_wav_16k;
-use stt_support::{base_model, cache_dir, lang_clips};
+
+use crate::support::daemon::{NotifySocket, Spoke};
+use crate::support::llm::{Reply, ScriptedServer, text_reply};
+use crate::support::mouth::Mouth;
+use crate::support::stt::{base_model, cache_dir, lang_clips};
+use crate::support::{cpu, daemon, mouth, poll};
 
 /// A generous bound on each step (the base model on a busy machine, the hub, speech).
 const STEP: Duration = Duration::from_secs(60);
@@ -57,6 +48,7 @@ fn system_prompt(request: &serde_json::Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_german_command_is_answered_in_german_with_a_german_voice() {
+    let _cores = cpu::quiet().await;
     let hub = ScriptedServer::start(vec![
         Reply::Chunks(text_reply(&["Das Licht in der Küche ist an."])),
         Reply::Chunks(text_reply(&["It is sunny tomorrow."])),

@@ -4,27 +4,13 @@
 //! `run` daemon (a FIFO microphone). Real espeak-ng, real tiny.en weights, the
 //! scripted hub.
 
-#[path = "support/daemon.rs"]
-mod daemon;
-#[path = "support/llm.rs"]
-mod llm;
-#[path = "support/mouth.rs"]
-mod mouth;
-#[path = "support/poll.rs"]
-mod poll;
-#[path = "support/stt.rs"]
-mod stt_support;
-
 use std::time::Duration;
 
-use daemon::{NotifySocket, Spoke, wake_phrase};
-use llm::{Reply, ScriptedServer, text_reply};
-use mouth::Mouth;
-use stt_support::cache_dir;
-
-/// Whisper's worker threads spin-wait, so two sessions at once on a small machine slow
-/// each other into missed timings (see `tests/voice.rs`): one at a time.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use crate::support::daemon::{NotifySocket, Spoke, wake_phrase};
+use crate::support::llm::{Reply, ScriptedServer, text_reply};
+use crate::support::mouth::Mouth;
+use crate::support::stt::cache_dir;
+use crate::support::{cpu, poll};
 
 const STEP: Duration = Duration::from_secs(30);
 
@@ -107,7 +93,7 @@ fn decided_after_end(stdout: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listen_waits_through_a_pause_mid_sentence_and_not_after_a_whole_one() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    let _cores = cpu::heavy().await;
     let hub = ScriptedServer::start(
         (0..4)
             .map(|_| Reply::Chunks(text_reply(&["Okay."])))
@@ -137,7 +123,7 @@ async fn listen_waits_through_a_pause_mid_sentence_and_not_after_a_whole_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_waits_through_a_pause_mid_sentence() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    let _cores = cpu::quiet().await;
     let hub = ScriptedServer::start(
         (0..4)
             .map(|_| Reply::Chunks(text_reply(&["Okay."])))

@@ -4,28 +4,12 @@
 //! the spoke rings it on its file speaker at its time until "stop" is heard. Real
 //! espeak-ng, real tiny.en weights, a real mosquitto for the announcement.
 
-#[path = "support/daemon.rs"]
-mod daemon;
-#[path = "support/llm.rs"]
-mod llm;
-#[path = "mosquitto/mod.rs"]
-mod mosquitto;
-#[path = "support/mouth.rs"]
-mod mouth;
-#[path = "support/stt.rs"]
-mod stt_support;
-// The harness brings the polling helper: one copy of the module per test binary.
-use mosquitto::poll;
-
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use daemon::{NotifySocket, Spoke, wake_phrase};
-use llm::{Reply, ScriptedServer, text_reply};
-use mouth::Mouth;
-
-/// Whisper's worker threads spin-wait, so two sessions at once on a small machine slow
-/// each other into missed timings (see `tests/voice.rs`): one at a time.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use crate::support::daemon::{NotifySocket, Spoke, wake_phrase};
+use crate::support::llm::{Reply, ScriptedServer, text_reply};
+use crate::support::mouth::Mouth;
+use crate::support::{cpu, mosquitto, poll};
 
 /// A generous bound on each step (transcribing, the hub, speaking).
 const STEP: Duration = Duration::from_secs(30);
@@ -72,7 +56,7 @@ fn skills_call(spoke: &Spoke, name: &str, args: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timer_set_by_voice_rings_at_its_time_until_stop_and_reminders_speak() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    let _cores = cpu::quiet().await;
     let hub = ScriptedServer::start(vec![
         code(r#"let t = device.TimerSkill.start(4, "pasta"); print(`Pasta timer set for ${t.spoken}.`)"#),
         Reply::Chunks(text_reply(&["Your pasta timer is set."])),
@@ -135,7 +119,7 @@ async fn a_timer_set_by_voice_rings_at_its_time_until_stop_and_reminders_speak()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timers_survive_a_restart_and_one_missed_while_down_is_announced() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    let _cores = cpu::quiet().await;
     let hub = ScriptedServer::start(vec![]).await;
     let spoke = Spoke::new(&hub.url, &[], "[timers]\nring_ms = 30000\n");
     let notify = NotifySocket::bind(&spoke);
@@ -177,7 +161,7 @@ async fn timers_survive_a_restart_and_one_missed_while_down_is_announced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_room_speaks_here_over_the_broker() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    let _cores = cpu::quiet().await;
     let broker = mosquitto::Broker::start();
     let hub = ScriptedServer::start(vec![]).await;
     let mqtt = format!(

@@ -2,14 +2,15 @@
 //! what the real one prints, so the parsing and the commands are tested without a
 //! sound card.
 //!
-//! This binary holds a single test on purpose: it puts the fake first on `PATH`, and
-//! changing the environment is only sound while no other thread reads it.
+//! Called through the real binary's `skills call`, whose `PATH` has the fake first:
+//! this process's own environment stays as it is for the tests running beside it.
 
-mod support;
-
+use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
 
-use support::{Skill, field};
+use serde_json::Value;
 
 const FAKE_AMIXER: &str = r#"#!/bin/sh
 # Fake amixer: the subset the volume skill uses, with the real output format.
@@ -47,9 +48,61 @@ echo "  Front Left: Playback $((vol * 655)) [$vol%] [$sw]"
 echo "  Front Right: Playback $((vol * 655)) [$vol%] [$sw]"
 "#;
 
-fn state(v: &rhai::Dynamic) -> (i64, bool) {
-    assert_eq!(field::<String>(v, "control"), "Master");
-    (field(v, "volume"), field(v, "muted"))
+/// The binary with the bundled volume skill alone, its data in `data`, and `bin` first
+/// on its `PATH`.
+struct Spoke {
+    skills: tempfile::TempDir,
+    data: tempfile::TempDir,
+    path: OsString,
+}
+
+impl Spoke {
+    fn new(bin: &Path) -> Spoke {
+        let skills = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("skills/volume.rhai"),
+            skills.path().join("volume.rhai"),
+        )
+        .unwrap();
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let dirs = std::iter::once(bin.to_path_buf()).chain(std::env::split_paths(&path));
+        Spoke {
+            skills,
+            data: tempfile::tempdir().unwrap(),
+            path: std::env::join_paths(dirs).unwrap(),
+        }
+    }
+
+    /// `VolumeSkill.func` with `args` (JSON): the result, or the error message.
+    fn call(&self, func: &str, args: &str) -> Result<Value, String> {
+        let out = Command::new(env!("CARGO_BIN_EXE_strawberry-spoke"))
+            .args(["skills", "call", &format!("VolumeSkill.{func}"), args])
+            .env("PATH", &self.path)
+            .env("STRAWBERRY_SPOKE__SKILLS__DIR", self.skills.path())
+            .env("STRAWBERRY_SPOKE__DEVICE__DATA_DIR", self.data.path())
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        if out.status.success() {
+            Ok(serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout))))
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// `Master`'s volume and whether it is muted, after `func` with `args`.
+    fn ok(&self, func: &str, args: &str) -> (i64, bool) {
+        let v = self
+            .call(func, args)
+            .unwrap_or_else(|e| panic!("{func} failed: {e}"));
+        assert_eq!(v["control"], "Master", "{v}");
+        match (v["volume"].as_i64(), v["muted"].as_bool()) {
+            (Some(volume), Some(muted)) => (volume, muted),
+            _ => panic!("not a volume state: {v}"),
+        }
+    }
 }
 
 #[test]
@@ -58,55 +111,25 @@ fn volume_get_set_change_mute_with_a_fake_amixer() {
     let fake = bin.path().join("amixer");
     std::fs::write(&fake, FAKE_AMIXER).unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let mut dirs = vec![bin.path().to_path_buf()];
-    dirs.extend(std::env::split_paths(&path));
-    // SAFETY: this is the only test in this binary (the harness thread just waits for
-    // it) and it has not started any thread yet, so nothing reads the environment while
-    // it changes.
-    unsafe { std::env::set_var("PATH", std::env::join_paths(dirs).unwrap()) };
+    let volume = Spoke::new(bin.path());
 
-    let data = tempfile::tempdir().unwrap();
-    let volume = Skill::load("volume.rhai", data.path());
-    let m = || ("Master".to_string(),);
+    assert_eq!(volume.ok("get", r#"["Master"]"#), (60, false));
+    assert_eq!(volume.ok("set", r#"[30, "Master"]"#), (30, false));
+    assert_eq!(volume.ok("change", r#"[15, "Master"]"#), (45, false));
+    assert_eq!(volume.ok("change", r#"[-5, "Master"]"#), (40, false));
+    assert_eq!(volume.ok("change", r#"[80, "Master"]"#), (100, false));
+    assert_eq!(volume.ok("change", r#"[-300, "Master"]"#), (0, false));
+    assert_eq!(volume.ok("set", r#"[55, "Master"]"#), (55, false));
+    assert_eq!(volume.ok("mute", r#"["Master"]"#), (55, true));
+    assert_eq!(volume.ok("get", r#"["Master"]"#), (55, true));
+    assert_eq!(volume.ok("unmute", r#"["Master"]"#), (55, false));
 
-    assert_eq!(state(&volume.ok("get", m())), (60, false));
-    assert_eq!(
-        state(&volume.ok("set", (30_i64, "Master".to_string()))),
-        (30, false)
-    );
-    assert_eq!(
-        state(&volume.ok("change", (15_i64, "Master".to_string()))),
-        (45, false)
-    );
-    assert_eq!(
-        state(&volume.ok("change", (-5_i64, "Master".to_string()))),
-        (40, false)
-    );
-    assert_eq!(
-        state(&volume.ok("change", (80_i64, "Master".to_string()))),
-        (100, false)
-    );
-    assert_eq!(
-        state(&volume.ok("change", (-300_i64, "Master".to_string()))),
-        (0, false)
-    );
-    assert_eq!(
-        state(&volume.ok("set", (55_i64, "Master".to_string()))),
-        (55, false)
-    );
-    assert_eq!(state(&volume.ok("mute", m())), (55, true));
-    assert_eq!(state(&volume.ok("get", m())), (55, true));
-    assert_eq!(state(&volume.ok("unmute", m())), (55, false));
-
-    let err = volume
-        .call("set", (101_i64, "Master".to_string()))
-        .unwrap_err();
+    let err = volume.call("set", r#"[101, "Master"]"#).unwrap_err();
     assert!(
         err.contains("volume must be between 0 and 100, got 101"),
         "{err}"
     );
-    let err = volume.call("get", ("Speaker".to_string(),)).unwrap_err();
+    let err = volume.call("get", r#"["Speaker"]"#).unwrap_err();
     assert!(
         err.contains("no mixer control \"Speaker\"; this sound card has: Master, PCM"),
         "{err}"

@@ -13,6 +13,8 @@ use strawberry_spoke::wake::{
     Detection, Detector, SAMPLE_RATE, ScoreMode, Sensitivity, Settings, Vad, WakeError, WakeWord,
 };
 
+use crate::support::cpu;
+
 /// How far a reported end of the phrase may be from the true one, in seconds.
 const END_TOLERANCE: f64 = 0.5;
 
@@ -77,6 +79,7 @@ fn secs(samples: u64) -> f64 {
 
 #[test]
 fn bundled_word_wakes_on_unseen_voices_where_the_phrase_ends() {
+    let _cores = cpu::heavy_blocking();
     let clips = wavs(&wake_dir().join("phrase"), ".wav");
     assert!(clips.len() >= 8, "{clips:?}");
     let mut report = String::new();
@@ -121,6 +124,7 @@ fn bundled_word_wakes_on_unseen_voices_where_the_phrase_ends() {
 
 #[test]
 fn no_false_wakes_in_minutes_of_other_speech_and_noise() {
+    let _cores = cpu::heavy_blocking();
     let files = wavs(&wake_dir().join("other"), ".wav");
     let mut seconds = 0.0;
     let mut busy = 0.0;
@@ -182,6 +186,7 @@ fn training_voices() -> Vec<String> {
 
 #[test]
 fn test_voices_are_not_the_training_voices() {
+    let _cores = cpu::heavy_blocking();
     let training = training_voices();
     assert!(training.len() >= 6, "{training:?}");
     for clip in wavs(&wake_dir().join("phrase"), ".wav") {
@@ -211,6 +216,7 @@ fn text(bytes: &[u8]) -> String {
 /// before a command.
 #[test]
 fn training_from_files_makes_a_word_that_wakes() {
+    let _cores = cpu::heavy_blocking();
     let dir = wake_dir().join("kitchen");
     let samples = wavs(&dir, "k.wav")
         .into_iter()
@@ -303,6 +309,7 @@ fn training_from_files_makes_a_word_that_wakes() {
 /// names its word. `reset` forgets a half-heard phrase.
 #[test]
 fn two_words_in_one_detector_and_reset() {
+    let _cores = cpu::heavy_blocking();
     let dir = wake_dir();
     let kitchen_dir = dir.join("kitchen");
     let samples = wavs(&kitchen_dir, "k.wav");
@@ -349,6 +356,7 @@ fn two_words_in_one_detector_and_reset() {
 
 #[test]
 fn bad_inputs_are_clear_errors_not_panics() {
+    let _cores = cpu::heavy_blocking();
     let dir = tempfile::tempdir().unwrap();
     let path = |name: &str| dir.path().join(name);
 
@@ -485,6 +493,7 @@ fn bad_inputs_are_clear_errors_not_panics() {
 /// gate, gain normalizer, another score mode and eager firing.
 #[test]
 fn the_detector_scores_exactly_as_rustpotter_does() {
+    let _cores = cpu::heavy_blocking();
     use rustpotter::{Rustpotter, RustpotterConfig, VADMode, WakewordLoad, WakewordRef};
 
     let dir = wake_dir();
@@ -574,6 +583,7 @@ fn clips_frames(samples: &[f32]) -> impl Iterator<Item = &[f32]> {
 /// bundled model (the clip is committed next to them).
 #[test]
 fn neural_word_computes_what_the_training_script_computed() {
+    let _cores = cpu::heavy_blocking();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/wake");
     let samples = read_16k(&dir.join("neural-check.wav"));
     let expected: serde_json::Value =
@@ -608,6 +618,7 @@ fn neural_word_computes_what_the_training_script_computed() {
 
 #[test]
 fn both_bundled_words_load_and_sensitivity_orders_the_neural_thresholds() {
+    let _cores = cpu::heavy_blocking();
     let reference = WakeWord::bundled_reference().unwrap();
     let neural = WakeWord::bundled_neural().unwrap();
     assert!(!reference.is_neural() && neural.is_neural());
@@ -640,6 +651,7 @@ fn both_bundled_words_load_and_sensitivity_orders_the_neural_thresholds() {
 
 #[test]
 fn broken_neural_word_files_are_clear_errors() {
+    let _cores = cpu::heavy_blocking();
     let good = strawberry_spoke::wake::BUNDLED_NEURAL;
     let header_len = u32::from_le_bytes(good[8..12].try_into().unwrap()) as usize;
     let header = std::str::from_utf8(&good[12..12 + header_len]).unwrap();

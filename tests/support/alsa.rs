@@ -14,7 +14,6 @@
 //!
 //! ALSA reads its configuration once per process, so every device the tests use is
 //! declared up front, and tests that use them take [`lock`] to run one at a time.
-#![allow(dead_code)]
 
 use std::fs::File;
 use std::io::Write;

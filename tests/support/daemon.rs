@@ -1,7 +1,6 @@
 //! A `run` daemon under test: its files (config, skills, data), a FIFO microphone and a
 //! file speaker, systemd notifications on a socket, and the log. For voice tests that
 //! run the real binary with real tiny.en weights, real espeak-ng and the scripted hub.
-#![allow(dead_code)] // each test binary uses a different part
 
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
@@ -11,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::mouth;
 use super::poll;
-use super::stt_support::{cache_dir, ggml_model};
+use super::stt::{cache_dir, ggml_model};
 
 /// A spoke's folder: `config.toml`, `skills/`, `data/`, `home/.asoundrc`, the FIFO and
 /// the speaker file.

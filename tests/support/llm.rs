@@ -2,7 +2,6 @@
 //! replays scripted replies, one per request, chunked as the script says, and can
 //! misbehave the ways real servers and networks do. It records every request body,
 //! so tests can check exactly what was sent to the model.
-#![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

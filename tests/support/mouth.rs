@@ -2,7 +2,6 @@
 //! device's FIFO at real-time pace, with faint room hiss when there is nothing to say,
 //! and records when the last sample of each utterance went in. Used by `tests/voice.rs`
 //! and `benches/voice.rs`, which run the daemon as its own process.
-#![allow(dead_code)] // each user takes a different part
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -135,6 +134,7 @@ impl Mouth {
     }
 
     /// When the last sample of the latest utterance was written, once it was.
+    #[allow(dead_code, reason = "only benches/voice.rs times from it")]
     pub fn ended(&self) -> Option<Instant> {
         *self.ended.lock().expect("ended")
     }

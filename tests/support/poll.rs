@@ -1,6 +1,5 @@
 //! The one way tests wait for something: poll a condition until it holds or a limit
 //! passes, instead of sleeping a fixed time and hoping.
-#![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,6 @@
 //! Speech-to-text test material: the recordings and model `tests/setup.sh` fetched, the
 //! ggml model converted from it with the real `model import-ct2` command (cached), and
 //! word error rate scoring. Shared by `tests/stt.rs` and `benches/stt.rs`.
-#![allow(dead_code)] // the test and the benchmark use different parts
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,6 +1,5 @@
 //! A real mosquitto broker on a free loopback port, and `mosquitto_sub`/`mosquitto_pub`
 //! for the outside view. Shared by the MQTT tests and the round-trip benchmark.
-#![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -8,8 +7,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-#[path = "../support/poll.rs"]
-pub mod poll;
+use super::poll;
 
 /// Numbers the subscribers [`Broker::request`] starts, for their client ids.
 static SUBSCRIBERS: AtomicUsize = AtomicUsize::new(0);
