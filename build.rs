@@ -23,7 +23,11 @@ fn main() {
     // Only paths that exist: Cargo reruns a build script on every build while one of
     // its paths is missing, and this one precompiles the guest, after which the whole
     // crate and every test binary build again.
-    for path in ["src/guest/src", "src/guest/Cargo.toml", "src/guest/Cargo.lock"] {
+    for path in [
+        "src/guest/src",
+        "src/guest/Cargo.toml",
+        "src/guest/Cargo.lock",
+    ] {
         println!("cargo:rerun-if-changed={path}");
     }
     println!("cargo:rerun-if-changed=src/sandbox/engine_config.rs");
