@@ -590,22 +590,12 @@ fn model_code_in_the_sandbox_calls_an_mcp_tool() {
         json!({"mcpServers": {"time": time_server(&[])}}).to_string(),
     )
     .unwrap();
-    let skills = dir.path().join("skills");
-    std::fs::create_dir(&skills).unwrap();
     let spoke = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_strawberry-spoke"))
-            .args(args)
-            .env("STRAWBERRY_SPOKE__SKILLS__DIR", &skills)
-            .env(
-                "STRAWBERRY_SPOKE__DEVICE__DATA_DIR",
-                dir.path().join("data"),
-            )
-            .env("STRAWBERRY_SPOKE__MCP__CONFIG_FILE", &file)
+        local_spoke(dir.path(), &file, args)
             .env(
                 "STRAWBERRY_SPOKE__HUB__ENDPOINTS",
                 "[{url = \"http://127.0.0.1:9\", model = \"scripted\"}]",
             )
-            .env("STRAWBERRY_SPOKE__LOG__LEVEL", "warn")
             .output()
             .unwrap()
     };
@@ -664,6 +654,21 @@ fn spoke_dir(name: &str, broker: &str, servers: Option<Value>) -> tempfile::Temp
     }
     std::fs::write(dir.path().join("config.toml"), config).unwrap();
     dir
+}
+
+/// The command line of a spoke without a config file, its folders in `dir` (an empty
+/// `skills` made here) and its MCP servers in `servers_file`.
+fn local_spoke(dir: &Path, servers_file: &Path, args: &[&str]) -> Command {
+    let skills = dir.join("skills");
+    std::fs::create_dir_all(&skills).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_strawberry-spoke"));
+    cmd.args(args)
+        .env("STRAWBERRY_SPOKE__SKILLS__DIR", &skills)
+        .env("STRAWBERRY_SPOKE__DEVICE__DATA_DIR", dir.join("data"))
+        .env("STRAWBERRY_SPOKE__MCP__CONFIG_FILE", servers_file)
+        .env("STRAWBERRY_SPOKE__LOG__LEVEL", "warn")
+        .env_remove("RUST_LOG");
+    cmd
 }
 
 fn spoke_command(dir: &Path, args: &[&str]) -> Command {
@@ -879,22 +884,7 @@ fn skills_commands_show_mcp_classes_and_the_servers_that_are_down() {
         .to_string(),
     )
     .unwrap();
-    let skills = dir.path().join("skills");
-    std::fs::create_dir(&skills).unwrap();
-    let spoke = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_strawberry-spoke"))
-            .args(args)
-            .env("STRAWBERRY_SPOKE__SKILLS__DIR", &skills)
-            .env(
-                "STRAWBERRY_SPOKE__DEVICE__DATA_DIR",
-                dir.path().join("data"),
-            )
-            .env("STRAWBERRY_SPOKE__MCP__CONFIG_FILE", &file)
-            .env("STRAWBERRY_SPOKE__LOG__LEVEL", "warn")
-            .env_remove("RUST_LOG")
-            .output()
-            .unwrap()
-    };
+    let spoke = |args: &[&str]| local_spoke(dir.path(), &file, args).output().unwrap();
     let list = spoke(&["skills", "list"]);
     let stdout = String::from_utf8_lossy(&list.stdout);
     assert!(list.status.success(), "{stdout}");
