@@ -279,8 +279,9 @@ impl Service for Running {
     }
 
     /// Stops the voice loop, then the skills and the link, each waiting for its own
-    /// parts (every wait is bounded where it is: the link's goodbye at 2 s, the audio
-    /// thread at one read of the microphone).
+    /// parts (every wait is bounded where it is: the link's goodbye at
+    /// 1.5 s, `GOODBYE_LIMIT` in `mqtt/link.rs`; the audio thread at one read of the
+    /// microphone).
     async fn shutdown(self) {
         self.voice.shutdown().await;
         if let Some(watchdog) = self.watchdog {

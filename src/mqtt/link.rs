@@ -97,6 +97,11 @@ struct Shared {
 /// Wake claims kept for a slow listener; a round needs a handful.
 const WAKE_QUEUE: usize = 16;
 
+/// Longest the goodbye waits for the connection to close. It is the only timed wait of
+/// the daemon's shutdown, and sets how long SIGTERM may take: the rest stops within a
+/// microphone read (100 ms), so the daemon exits within 2 s.
+pub(crate) const GOODBYE_LIMIT: Duration = Duration::from_millis(1_500);
+
 /// The handle to the MQTT link. Cheap to clone; the connection itself lives in one
 /// task started by [`Link::start`].
 #[derive(Clone)]
@@ -378,7 +383,7 @@ impl Link {
     }
 
     /// Says goodbye: publishes `offline` (a spoke), disconnects, and waits for the
-    /// connection task to end (at most 2 s).
+    /// connection task to end (at most [`GOODBYE_LIMIT`]).
     pub async fn shutdown(&self) {
         let shared = &self.shared;
         if shared.is_spoke && self.is_ready() {
@@ -395,11 +400,9 @@ impl Link {
         let _ = shared.client.disconnect().await;
         let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(task) = task
-            && tokio::time::timeout(Duration::from_secs(2), task)
-                .await
-                .is_err()
+            && tokio::time::timeout(GOODBYE_LIMIT, task).await.is_err()
         {
-            tracing::warn!("the MQTT connection did not close within 2 s");
+            tracing::warn!("the MQTT connection did not close within {GOODBYE_LIMIT:?}");
         }
     }
 }

@@ -358,7 +358,7 @@ impl Transcriber {
         cancel: &Cancel,
     ) -> Result<Transcript, SttError> {
         let started = Instant::now();
-        let deadline = Until {
+        let until = Until {
             at: started + self.settings.timeout,
             cancel: cancel.clone(),
         };
@@ -388,7 +388,7 @@ impl Transcriber {
             input,
             audio_ctx,
             budget,
-            until: deadline,
+            until,
             stop: LoopStop {
                 eot: self.context.token_eot(),
                 vocab: usize::try_from(self.context.n_vocab()).unwrap_or(0),
@@ -547,12 +547,12 @@ impl Transcriber {
         // whisper.cpp drops a segment it judges silent by these (faster-whisper's rule).
         params.set_logprob_thold(LOGPROB_MIN);
         params.set_no_speech_thold(NO_SPEECH_MIN);
-        let deadline: *const Until = &job.until;
-        // SAFETY: the callback only reads the deadline, which `job` keeps alive until
+        let until: *const Until = &job.until;
+        // SAFETY: the callback only reads `until`, which `job` keeps alive until
         // `full` returns; whisper.cpp calls it on this thread, during `full` only.
         unsafe {
             params.set_abort_callback(Some(past_deadline));
-            params.set_abort_callback_user_data(deadline.cast_mut().cast::<c_void>());
+            params.set_abort_callback_user_data(until.cast_mut().cast::<c_void>());
         }
         let stop: *const LoopStop = &job.stop;
         // SAFETY: the filter only reads `job.stop` (alive until `full` returns) and
