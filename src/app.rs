@@ -4,6 +4,8 @@
 //! `skills` commands), the benchmarks and the test harness make what they need through
 //! [`Parts`], so a part is made the same way everywhere, from the same settings, with
 //! its collaborators given when it is made. Adding a part means adding a method here.
+//! The settings each part is made from come from the configuration in one style
+//! (`config/settings.rs`; docs/architecture.md, "From configuration to parts").
 //! What is expensive and shared between parts is loaded once per configuration when
 //! the `Parts` are made: the embedding model skill search ranks by meaning with (kept
 //! across a reload that does not change `search.embedding_model`).
@@ -24,7 +26,6 @@ use crate::audio::playback::{Output, Player};
 use crate::config::Config;
 use crate::daemon::listener::Listener;
 use crate::daemon::pipeline::{Ear, Pipeline};
-use crate::daemon::voice::VoiceSettings;
 use crate::embed::{EmbedError, SearchModel};
 use crate::host::HostSettings;
 use crate::host::services::Services;
@@ -152,12 +153,12 @@ impl Parts {
 
     /// The sandbox model code runs in.
     pub fn sandbox(&self) -> Result<Sandbox, PartError> {
-        Sandbox::new(self.config.sandbox.limits()).map_err(|e| PartError::Sandbox(e.to_string()))
+        Sandbox::new(self.config.sandbox.settings()).map_err(|e| PartError::Sandbox(e.to_string()))
     }
 
     /// The client of the hub's language model.
     pub fn hub(&self) -> Result<HubClient, PartError> {
-        Ok(HubClient::new(&self.config.hub)?)
+        Ok(HubClient::new(&self.config.hub.settings())?)
     }
 
     /// The agent that runs turns over `skills`, reaching other spokes through `link`;
@@ -168,8 +169,13 @@ impl Parts {
         link: Option<&Link>,
         stop: CancellationToken,
     ) -> Result<Agent, PartError> {
-        let agent = Agent::live(&self.config, self.hub()?, Arc::new(self.sandbox()?), skills)
-            .with_stop(stop);
+        let agent = Agent::live(
+            &self.config.agent_settings(),
+            self.hub()?,
+            Arc::new(self.sandbox()?),
+            skills,
+        )
+        .with_stop(stop);
         Ok(match link {
             Some(link) => agent.with_link(link.clone()),
             None => agent,
@@ -179,7 +185,7 @@ impl Parts {
     /// The MQTT link in `role`, when a broker is configured (`None`: local mode). A
     /// spoke's skills reach the other spokes through it from then on.
     pub fn link(&self, role: Role) -> Result<Option<Link>, PartError> {
-        let Some(settings) = LinkSettings::from_config(&self.config)? else {
+        let Some(settings) = self.config.link_settings()? else {
             return Ok(None);
         };
         let settings = LinkSettings {
@@ -200,12 +206,15 @@ impl Parts {
         on_change: impl Fn() + Send + Sync + 'static,
         stop: &CancellationToken,
     ) -> Result<Option<Mcp>, PartError> {
-        Ok(Mcp::start(
-            &self.config.mcp,
+        let Some(settings) = self.config.mcp.settings() else {
+            return Ok(None);
+        };
+        Ok(Some(Mcp::start(
+            &settings,
             skills.clone(),
             on_change,
             stop,
-        )?)
+        )?))
     }
 
     /// The speech-to-text model (seconds to load: call it off the async workers).
@@ -280,17 +289,5 @@ impl Parts {
             &self.config.wake.stop_phrases,
             ear,
         )
-    }
-
-    /// How the voice loop behaves around a turn.
-    pub fn voice_settings(&self) -> VoiceSettings {
-        let config = &self.config;
-        VoiceSettings {
-            interrupt: config.wake.interrupt,
-            follow_up_ms: config.vad.follow_up_ms,
-            confirm_ms: config.vad.confirm_ms,
-            ring_ms: config.timers.ring_ms,
-            arbitration_ms: config.wake.arbitration_ms,
-        }
     }
 }

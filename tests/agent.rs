@@ -9,7 +9,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use strawberry_spoke::agent::{Agent, Session, TurnError, TurnEvent};
 use strawberry_spoke::app::Parts;
-use strawberry_spoke::config::{CodeMode, Config, EndpointConfig};
+use strawberry_spoke::config::{Config, EndpointConfig};
+use strawberry_spoke::hub::CodeMode;
 use strawberry_spoke::hub::HubClient;
 use strawberry_spoke::sandbox::Sandbox;
 use strawberry_spoke::skills::Registry;
@@ -860,10 +861,10 @@ async fn stopping_a_turn_ends_its_code_and_the_skill_it_waits_on() {
     config.skills.dir = skills.path().to_path_buf();
     let (registry, errors) = Registry::load(&config.skills.dir, &config.host_settings());
     assert!(errors.is_empty(), "{errors:?}");
-    let sandbox = Arc::new(Sandbox::new(config.sandbox.limits()).unwrap());
-    let hub = HubClient::new(&config.hub).unwrap();
+    let sandbox = Arc::new(Sandbox::new(config.sandbox.settings()).unwrap());
+    let hub = HubClient::new(&config.hub.settings()).unwrap();
     let agent = Arc::new(Agent::new(
-        &config,
+        &config.agent_settings(),
         hub,
         sandbox.clone(),
         Arc::new(registry),

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use serde_json::json;
 use strawberry_spoke::agent::{Agent, Session, TurnError, TurnEvent};
 use strawberry_spoke::app::Parts;
-use strawberry_spoke::config::{CodeMode, Config, EndpointConfig};
+use strawberry_spoke::config::{Config, EndpointConfig};
+use strawberry_spoke::hub::CodeMode;
 use strawberry_spoke::hub::HubClient;
 use strawberry_spoke::skills::watch::LiveRegistry;
 use tokio::sync::mpsc;
@@ -284,7 +285,9 @@ fn an_api_key_over_plain_http_to_another_host_is_refused_at_start() {
     let mut config = Config::default();
     config.hub.endpoints[0].url = "http://hub.lan:8080".into();
     config.hub.endpoints[0].api_key_env = Some("PATH".into());
-    let err = HubClient::new(&config.hub).unwrap_err().to_string();
+    let err = HubClient::new(&config.hub.settings())
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("http://hub.lan:8080") && err.contains("hub.allow_insecure"),
         "{err}"
@@ -292,7 +295,7 @@ fn an_api_key_over_plain_http_to_another_host_is_refused_at_start() {
 
     // Said on purpose: accepted.
     let config = load(text, &[("STRAWBERRY_SPOKE__HUB__ALLOW_INSECURE", "true")]).unwrap();
-    HubClient::new(&config.hub).unwrap();
+    HubClient::new(&config.hub.settings()).unwrap();
     // Loopback and https are fine without it.
     for url in [
         "http://localhost:8080",
@@ -304,6 +307,6 @@ fn an_api_key_over_plain_http_to_another_host_is_refused_at_start() {
             "[hub]\nendpoints = [{{ url = \"{url}\", model = \"m\", api_key_env = \"PATH\" }}]\n"
         );
         let config = load(&text, &[]).unwrap();
-        HubClient::new(&config.hub).unwrap();
+        HubClient::new(&config.hub.settings()).unwrap();
     }
 }

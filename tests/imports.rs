@@ -192,8 +192,8 @@ fn render(m: &ModPath) -> String {
     }
 }
 
-#[test]
-fn no_file_imports_one_that_imports_it_back() {
+/// Which module files each module file imports (its own descendants left out).
+fn crate_edges() -> BTreeMap<ModPath, BTreeSet<ModPath>> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let files = module_files(&src);
     assert!(files.len() > 50, "found only {} files in src/", files.len());
@@ -209,6 +209,35 @@ fn no_file_imports_one_that_imports_it_back() {
             }
         }
     }
+    edges
+}
+
+/// Parts are made from settings, never from the configuration: only the edges that
+/// build parts (`app`, the commands, the daemon's reload loop) read it
+/// (docs/architecture.md, "From configuration to parts").
+#[test]
+fn only_the_edges_read_the_configuration() {
+    let config = vec!["config".to_string()];
+    let edges = crate_edges();
+    let readers: Vec<String> = edges
+        .iter()
+        .filter(|(_, to)| to.iter().any(|t| t.starts_with(&config)))
+        .map(|(from, _)| render(from))
+        .filter(|from| {
+            let edge =
+                from == "app" || from == "daemon" || from == "cli" || from.starts_with("cli::");
+            !(edge || from.starts_with("config"))
+        })
+        .collect();
+    assert!(
+        readers.is_empty(),
+        "parts that read the configuration instead of their settings: {readers:?}"
+    );
+}
+
+#[test]
+fn no_file_imports_one_that_imports_it_back() {
+    let edges = crate_edges();
 
     // Tarjan's strongly connected components: each one larger than a file is a circle.
     struct Walk<'a> {
@@ -262,7 +291,7 @@ fn no_file_imports_one_that_imports_it_back() {
         on_stack: BTreeSet::new(),
         circles: Vec::new(),
     };
-    for module in files.keys() {
+    for module in edges.keys() {
         if !walk.index.contains_key(module) {
             walk.visit(module);
         }

@@ -15,9 +15,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use strawberry_spoke::config::McpConfig;
 use strawberry_spoke::deadline::{self, Cancel};
 use strawberry_spoke::host::HostSettings;
-use strawberry_spoke::mcp::{Mcp, McpConfig, McpError, ServerStatus, Status};
+use strawberry_spoke::mcp::{Mcp, McpError, ServerStatus, Status};
 use strawberry_spoke::skills::watch::LiveRegistry;
 use strawberry_spoke::skills::{CallError, Registry};
 
@@ -97,8 +98,8 @@ impl Servers {
         let live = Arc::new(LiveRegistry::new(Arc::new(registry)));
         let mcp = {
             let _inside = rt.enter();
-            Mcp::start(&config, live.clone(), || {}, &Default::default())?
-                .expect("a servers file is configured")
+            let settings = config.settings().expect("a servers file is configured");
+            Mcp::start(&settings, live.clone(), || {}, &Default::default())?
         };
         Ok(Servers {
             rt,

@@ -443,9 +443,7 @@ fn broker_restart_brings_registrations_and_calls_back() {
     config.mqtt.broker = broker.url();
     config.mqtt.device_id = "caller".into();
     config.mqtt.call_timeout_ms = 1500;
-    let settings = strawberry_spoke::mqtt::LinkSettings::from_config(&config)
-        .unwrap()
-        .unwrap();
+    let settings = config.link_settings().unwrap().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let link = rt.block_on(async {
         let link =

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use strawberry_spoke::config::Config;
 use strawberry_spoke::device::Device;
 use strawberry_spoke::host::HostSettings;
-use strawberry_spoke::mqtt::{Link, LinkSettings, Role};
+use strawberry_spoke::mqtt::{Link, Role};
 use strawberry_spoke::sandbox::{DeviceHandler, DeviceRequest};
 use strawberry_spoke::skills::Registry;
 use strawberry_spoke::skills::policy::{Asking, Confirm};
@@ -324,7 +324,7 @@ fn caller(rt: &tokio::runtime::Runtime, broker: &Broker, yes: bool) -> (Link, De
     let mut config = Config::default();
     config.mqtt.broker = broker.url();
     config.mqtt.device_id = "hall".into();
-    let settings = LinkSettings::from_config(&config).unwrap().unwrap();
+    let settings = config.link_settings().unwrap().unwrap();
     let link = rt.block_on(async {
         let link = Link::start(settings, Role::Caller);
         assert!(

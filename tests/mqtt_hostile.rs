@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use strawberry_spoke::config::Config;
 use strawberry_spoke::device::Device;
 use strawberry_spoke::host::HostSettings;
-use strawberry_spoke::mqtt::{Link, LinkSettings, Role};
+use strawberry_spoke::mqtt::{Link, Role};
 use strawberry_spoke::sandbox::{DeviceHandler, DeviceRequest};
 use strawberry_spoke::skills::Registry;
 use strawberry_spoke::skills::policy::NeverConfirm;
@@ -307,7 +307,7 @@ fn caller(rt: &tokio::runtime::Runtime, broker: &Broker, id: &str) -> (Link, Dev
     config.mqtt.broker = broker.url();
     config.mqtt.device_id = id.into();
     config.mqtt.call_timeout_ms = 3000;
-    let settings = LinkSettings::from_config(&config).unwrap().unwrap();
+    let settings = config.link_settings().unwrap().unwrap();
     let link = rt.block_on(async {
         let link = Link::start(settings, Role::Caller);
         assert!(link.wait_ready(WAIT).await, "never connected");

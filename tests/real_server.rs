@@ -41,7 +41,7 @@ fn config() -> Config {
 #[tokio::test]
 #[ignore = "needs a real server: tests/real-server.sh"]
 async fn streams_text_from_a_real_server() {
-    let hub = HubClient::new(&config().hub).unwrap();
+    let hub = HubClient::new(&config().hub.settings()).unwrap();
     let messages = [ChatMessage::new("user", "Say hello in five words.")];
     let mut stream = hub.stream(&messages, None).await.unwrap();
     let mut text = String::new();

@@ -33,10 +33,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::{AgentConfig, CodeMode, Config};
 use crate::deadline;
 use crate::device::Device;
-use crate::hub::{ChatMessage, HubClient, HubError, ToolCall};
+use crate::hub::{ChatMessage, CodeMode, HubClient, HubError, ToolCall};
 use crate::mqtt::Link;
 use crate::sandbox::{Cancel, RunOutcome, Sandbox};
 use crate::skills::Registry;
@@ -103,11 +102,27 @@ pub struct Agent {
     sandbox: Arc<Sandbox>,
     registry: Arc<LiveRegistry>,
     link: Option<Link>,
-    device_name: String,
-    mode: CodeMode,
-    config: AgentConfig,
+    settings: AgentSettings,
     /// The part of the cancellation tree runs hang from: cancelled, every run stops.
     stop: CancellationToken,
+}
+
+/// What a turn needs besides its parts, from `[agent]`, `device.name` and `hub.mode`
+/// (`config.agent_settings()`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentSettings {
+    /// This device's name, as the prompt gives it.
+    pub device_name: String,
+    /// Whether code comes fenced or as tool calls.
+    pub mode: CodeMode,
+    /// Rounds of code and feedback in one turn.
+    pub max_rounds: u32,
+    /// Tokens the system prompt may take.
+    pub prompt_budget_tokens: usize,
+    /// Tokens of earlier turns kept as memory.
+    pub memory_budget_tokens: usize,
+    /// A session forgets its memory after this much silence.
+    pub session_idle: Duration,
 }
 
 static TURN_IDS: AtomicU64 = AtomicU64::new(1);
@@ -115,17 +130,22 @@ static TURN_IDS: AtomicU64 = AtomicU64::new(1);
 impl Agent {
     /// An agent over `registry`, running code in `sandbox`, talking to `hub`.
     pub fn new(
-        config: &Config,
+        settings: &AgentSettings,
         hub: HubClient,
         sandbox: Arc<Sandbox>,
         registry: Arc<Registry>,
     ) -> Self {
-        Agent::live(config, hub, sandbox, Arc::new(LiveRegistry::new(registry)))
+        Agent::live(
+            settings,
+            hub,
+            sandbox,
+            Arc::new(LiveRegistry::new(registry)),
+        )
     }
 
     /// Like [`Agent::new`] over a registry that hot reload keeps current.
     pub fn live(
-        config: &Config,
+        settings: &AgentSettings,
         hub: HubClient,
         sandbox: Arc<Sandbox>,
         registry: Arc<LiveRegistry>,
@@ -135,9 +155,7 @@ impl Agent {
             sandbox,
             registry,
             link: None,
-            device_name: config.device.name.clone(),
-            mode: config.hub.mode,
-            config: config.agent.clone(),
+            settings: settings.clone(),
             stop: CancellationToken::new(),
         }
     }
@@ -158,8 +176,8 @@ impl Agent {
     /// A new, empty session with this agent's memory settings.
     pub fn session(&self) -> Session {
         Session::new(
-            Duration::from_secs(self.config.session_idle_secs),
-            self.config.memory_budget_tokens,
+            self.settings.session_idle,
+            self.settings.memory_budget_tokens,
         )
     }
 
@@ -169,10 +187,10 @@ impl Agent {
     pub fn system_prompt(&self, utterance: &str, language: Option<&str>) -> String {
         let time = prompt::local_time_now();
         let context = PromptContext {
-            device_name: &self.device_name,
+            device_name: &self.settings.device_name,
             local_time: &time,
-            mode: self.mode,
-            budget_tokens: self.config.prompt_budget_tokens,
+            mode: self.settings.mode,
+            budget_tokens: self.settings.prompt_budget_tokens,
             language,
         };
         let peers = self.link.as_ref().map(Link::peers);
@@ -199,7 +217,7 @@ impl Agent {
     }
 
     fn tools(&self) -> Option<Value> {
-        (self.mode == CodeMode::Tools).then(prompt::code_tool)
+        (self.settings.mode == CodeMode::Tools).then(prompt::code_tool)
     }
 
     /// Runs one turn on `utterance`, sending what it produces to `events` in order.
@@ -277,7 +295,7 @@ impl Agent {
             answers: std::sync::Mutex::new(Vec::new()),
         });
         let mut device = Device::live(
-            self.device_name.clone(),
+            self.settings.device_name.clone(),
             self.registry.clone(),
             confirm.clone(),
         );
@@ -287,7 +305,7 @@ impl Agent {
         let device = Arc::new(device);
         let mut last_failed: Option<String> = None;
         let mut told_fallback = false;
-        for round in 1..=self.config.max_rounds {
+        for round in 1..=self.settings.max_rounds {
             let mut messages = Vec::with_capacity(history.len() + exchange.len() + 1);
             messages.push(system.clone());
             messages.extend_from_slice(history);
@@ -376,7 +394,7 @@ impl Agent {
                 exchange.push(ChatMessage::new("user", text));
             }
         }
-        Err(TurnError::RoundLimit(self.config.max_rounds))
+        Err(TurnError::RoundLimit(self.settings.max_rounds))
     }
 
     /// Runs `code` in the sandbox on a blocking thread; dropping the returned future

@@ -21,7 +21,7 @@ use std::fmt::Write;
 
 use serde_json::{Value, json};
 
-use crate::config::CodeMode;
+use crate::hub::CodeMode;
 use crate::mqtt::peers::{Peer, Peers};
 use crate::skills::search::{self, Doc};
 use crate::skills::{Example, Registry, SkillFunction};

@@ -256,7 +256,7 @@ impl Service for Running {
             stop.clone(),
             pipeline,
             ears,
-            parts.voice_settings(),
+            parts.config().voice_settings(),
             notifier.clone(),
             spoken,
             spoke.link.clone(),

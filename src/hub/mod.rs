@@ -33,10 +33,95 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::{EndpointConfig, HubConfig};
+/// What the client needs, from `[hub]` (`config.hub.settings()`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HubSettings {
+    /// The endpoints, tried in order.
+    pub endpoints: Vec<EndpointSettings>,
+    /// Time to establish a connection.
+    pub connect_timeout: Duration,
+    /// Time from sending the request to the first bytes of the reply.
+    pub first_byte_timeout: Duration,
+    /// Longest silence between two pieces of a streamed reply.
+    pub chunk_timeout: Duration,
+    /// How long an endpoint that failed is skipped.
+    pub retry_after: Duration,
+    /// What one reply may take.
+    pub limits: StreamLimits,
+    /// Most bytes of an error answer read.
+    pub max_error_body_bytes: usize,
+    /// Send an API key over plain `http` to another machine.
+    pub allow_insecure: bool,
+    /// `max_tokens` in each request.
+    pub max_tokens: u32,
+    /// Extra CA certificate(s), PEM.
+    pub ca_file: Option<PathBuf>,
+}
+
+/// One model endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointSettings {
+    /// Base URL, with or without `/v1` (or the full `/chat/completions` URL).
+    pub url: String,
+    /// The model name the server expects.
+    pub model: String,
+    /// File holding the API key (first line).
+    pub api_key_file: Option<PathBuf>,
+    /// Environment variable holding the API key, when there is no file.
+    pub api_key_env: Option<String>,
+}
+
+impl EndpointSettings {
+    /// Whether this endpoint sends an API key over plain `http` to a host other than
+    /// this machine, where anyone on the way can read it.
+    pub fn sends_key_in_clear(&self) -> bool {
+        if self.api_key_file.is_none() && self.api_key_env.is_none() {
+            return false;
+        }
+        let Ok(url) = reqwest::Url::parse(self.url.trim()) else {
+            return false; // never sent anywhere: the request fails before connecting
+        };
+        url.scheme() == "http" && !is_loopback(&url)
+    }
+
+    /// Why this endpoint is refused, if it is: it would send its key in clear text off
+    /// this machine and `allow_insecure` (`hub.allow_insecure`) is off.
+    pub fn plain_http_refusal(&self, allow_insecure: bool) -> Option<String> {
+        (!allow_insecure && self.sends_key_in_clear()).then(|| {
+            format!(
+                "hub endpoint {} would send its API key over plain http to another machine: use https:// (with hub.ca_file for a private CA), or set hub.allow_insecure = true to accept that anyone on the network can read the key",
+                self.url.trim()
+            )
+        })
+    }
+}
+
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => ip.is_loopback(),
+        Ok(std::net::IpAddr::V6(ip)) => {
+            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+        Err(_) => host.trim_end_matches('.').eq_ignore_ascii_case("localhost"),
+    }
+}
+
+/// Whether code comes as fenced text or as native tool calls (`hub.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CodeMode {
+    /// ```` ```rhai ```` blocks in the text.
+    Fenced,
+    /// A `run_code` tool the server calls natively.
+    Tools,
+}
 
 /// One message of a conversation, as Chat Completions takes it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -146,17 +231,17 @@ pub struct HubClient {
 }
 
 impl HubClient {
-    /// A client for `config`'s endpoints. Reads API keys and the CA file now, so a
+    /// A client for `settings`' endpoints. Reads API keys and the CA file now, so a
     /// missing file is reported at start, not in the middle of a conversation.
-    pub fn new(config: &HubConfig) -> Result<HubClient, HubError> {
+    pub fn new(settings: &HubSettings) -> Result<HubClient, HubError> {
         // reqwest is built without a default crypto provider; ring is ours. A second
         // install (another client in the same process) is not an error.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut builder = reqwest::Client::builder()
-            .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
+            .connect_timeout(settings.connect_timeout)
             .redirect(reqwest::redirect::Policy::none())
             .tcp_nodelay(true);
-        if let Some(ca) = &config.ca_file {
+        if let Some(ca) = &settings.ca_file {
             let pem = std::fs::read(ca).map_err(|e| {
                 HubError::Setup(format!("cannot read hub.ca_file {}: {e}", ca.display()))
             })?;
@@ -171,8 +256,8 @@ impl HubClient {
         let http = builder
             .build()
             .map_err(|e| HubError::Setup(format!("cannot set up HTTP(S): {e}")))?;
-        for endpoint in &config.endpoints {
-            if let Some(refusal) = endpoint.plain_http_refusal(config.allow_insecure) {
+        for endpoint in &settings.endpoints {
+            if let Some(refusal) = endpoint.plain_http_refusal(settings.allow_insecure) {
                 return Err(HubError::Setup(refusal));
             }
             if endpoint.sends_key_in_clear() {
@@ -182,7 +267,7 @@ impl HubClient {
                 );
             }
         }
-        let endpoints = config
+        let endpoints = settings
             .endpoints
             .iter()
             .map(endpoint)
@@ -196,12 +281,12 @@ impl HubClient {
             http,
             down_until: Mutex::new(vec![None; endpoints.len()]),
             endpoints,
-            first_byte_timeout: Duration::from_millis(config.first_byte_timeout_ms),
-            chunk_timeout: Duration::from_millis(config.chunk_timeout_ms),
-            retry_after: Duration::from_millis(config.retry_down_after_ms),
-            limits: StreamLimits::from_config(config),
-            max_error_body_bytes: config.max_error_body_bytes,
-            max_tokens: config.max_tokens,
+            first_byte_timeout: settings.first_byte_timeout,
+            chunk_timeout: settings.chunk_timeout,
+            retry_after: settings.retry_after,
+            limits: settings.limits,
+            max_error_body_bytes: settings.max_error_body_bytes,
+            max_tokens: settings.max_tokens,
         })
     }
 
@@ -336,20 +421,20 @@ async fn read_capped(mut response: reqwest::Response, cap: usize) -> Vec<u8> {
 }
 
 /// Reads an endpoint's key and normalises its URL.
-fn endpoint(config: &EndpointConfig) -> Result<Endpoint, HubError> {
-    let api_key = match (&config.api_key_file, &config.api_key_env) {
+fn endpoint(settings: &EndpointSettings) -> Result<Endpoint, HubError> {
+    let api_key = match (&settings.api_key_file, &settings.api_key_env) {
         (Some(path), _) => Some(read_key_file(path)?),
         (None, Some(var)) => Some(std::env::var(var).map_err(|_| {
             HubError::Setup(format!(
                 "hub endpoint {}: environment variable {var} (api_key_env) is not set",
-                config.url
+                settings.url
             ))
         })?),
         (None, None) => None,
     };
     Ok(Endpoint {
-        url: completions_url(&config.url),
-        model: config.model.clone(),
+        url: completions_url(&settings.url),
+        model: settings.model.clone(),
         api_key: api_key.filter(|k| !k.is_empty()),
     })
 }

@@ -22,7 +22,6 @@ use serde_json::Value;
 
 use super::HubError;
 use super::sse::SseParser;
-use crate::config::HubConfig;
 
 /// A native tool call, as the assistant message carries it back to the server.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -64,20 +63,13 @@ pub struct StreamLimits {
     pub max_tool_calls: usize,
 }
 
-impl StreamLimits {
-    /// The limits configured in `config`.
-    pub fn from_config(config: &HubConfig) -> Self {
-        StreamLimits {
-            max_reply_bytes: config.max_reply_bytes,
-            max_event_bytes: config.max_event_bytes,
-            max_tool_calls: config.max_tool_calls,
-        }
-    }
-}
-
 impl Default for StreamLimits {
     fn default() -> Self {
-        StreamLimits::from_config(&HubConfig::default())
+        StreamLimits {
+            max_reply_bytes: 32 * 1024,
+            max_event_bytes: 1 << 20,
+            max_tool_calls: 16,
+        }
     }
 }
 

@@ -30,7 +30,6 @@ use std::sync::Arc;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -39,38 +38,10 @@ use crate::deadline;
 use crate::skills::watch::LiveRegistry;
 use crate::skills::{CallError, ClassRuntime, SkillClass, SkillFunction};
 use crate::text::clean_text;
-use server::{Server, Settings, State};
-pub use server::{ServerStatus, Status};
-use tools::{TextLimits, ToolCall};
-
-/// `[mcp]`: MCP servers as skill classes (docs/mcp.md).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct McpConfig {
-    /// The MCP servers file (`{"mcpServers": {...}}`, as other MCP clients write it).
-    /// None (the default): no MCP servers.
-    pub config_file: Option<PathBuf>,
-    /// How long a server may take to answer `initialize` and list its tools.
-    pub start_timeout_ms: u64,
-    /// Largest result (as JSON) a tool may hand a script.
-    pub max_result_bytes: usize,
-    /// Most tools one server may list.
-    pub max_tools: usize,
-    /// Longest description (of a server, a tool, a parameter) kept, in bytes.
-    pub max_text_bytes: usize,
-}
-
-impl Default for McpConfig {
-    fn default() -> Self {
-        McpConfig {
-            config_file: None,
-            start_timeout_ms: 30_000,
-            max_result_bytes: 64 * 1024,
-            max_tools: 64,
-            max_text_bytes: 1_000,
-        }
-    }
-}
+use server::{Server, State};
+pub use server::{ServerStatus, Settings as McpSettings, Status};
+pub use tools::TextLimits;
+use tools::ToolCall;
 
 /// Why the MCP servers could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -111,23 +82,21 @@ pub struct Mcp {
 }
 
 impl Mcp {
-    /// Reads `config.config_file` and starts every server in it on the current tokio
+    /// Reads `settings.file` and starts every server in it on the current tokio
     /// runtime, in the background; their classes join `live` as they come up (and
     /// leave it while they are down), and `on_change` runs after each change (to
-    /// publish the registration again). `None` without a servers file.
+    /// publish the registration again).
     ///
     /// A server whose class has the name of a class in `live` (the skill files') is
     /// refused here, naming both. They stop (processes killed) when `stop` is cancelled
     /// or [`Mcp::shutdown`] is called.
     pub fn start(
-        config: &McpConfig,
+        settings: &McpSettings,
         live: Arc<LiveRegistry>,
         on_change: impl Fn() + Send + Sync + 'static,
         stop: &CancellationToken,
-    ) -> Result<Option<Mcp>, McpError> {
-        let Some(path) = &config.config_file else {
-            return Ok(None);
-        };
+    ) -> Result<Mcp, McpError> {
+        let path = &settings.file;
         let specs = file::read(path)?;
         let registry = live.current();
         for spec in &specs {
@@ -140,15 +109,6 @@ impl Mcp {
                 });
             }
         }
-        let settings = Settings {
-            file: path.clone(),
-            start_timeout: Duration::from_millis(config.start_timeout_ms),
-            max_result_bytes: config.max_result_bytes,
-            limits: TextLimits {
-                max_tools: config.max_tools,
-                max_text_bytes: config.max_text_bytes,
-            },
-        };
         let stop = stop.child_token();
         let (changed, changed_rx) = watch::channel(0u64);
         let (published_tx, published) = watch::channel(0u64);
@@ -164,7 +124,7 @@ impl Mcp {
         let publisher = Publisher {
             servers: servers.clone(),
             runtime: tokio::runtime::Handle::current(),
-            max_result_bytes: config.max_result_bytes,
+            max_result_bytes: settings.max_result_bytes,
             file: path.clone(),
         };
         tasks.push(tokio::spawn(publisher.run(
@@ -174,13 +134,13 @@ impl Mcp {
             Arc::new(on_change),
             published_tx,
         )));
-        Ok(Some(Mcp {
+        Ok(Mcp {
             servers,
             changed,
             published,
             stop,
             tasks,
-        }))
+        })
     }
 
     /// Waits until every server has started (and its class is in the registry) or

@@ -21,7 +21,7 @@ mod link;
 pub mod peers;
 pub mod protocol;
 mod server;
-mod settings;
+pub mod settings;
 
 pub use link::{Link, Role};
 pub use settings::{Broker, LinkSettings, PeerLimits};

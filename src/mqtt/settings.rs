@@ -1,12 +1,12 @@
-//! Turning `[mqtt]` into what the link needs: broker address, identity, credentials,
-//! TLS, and the security checks that must pass before anything is sent.
+//! What the link needs (broker address, identity, credentials, TLS) and the checks
+//! that must pass before anything is sent; `config/settings.rs` makes the settings
+//! from `[mqtt]` with these functions.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::Config;
 use crate::skills::policy::AllowList;
 
 use super::MqttError;
@@ -122,25 +122,18 @@ pub struct PeerLimits {
     pub text_bytes: usize,
 }
 
-impl PeerLimits {
-    /// The limits of `[mqtt]`.
-    pub fn from_config(mqtt: &crate::config::MqttConfig) -> PeerLimits {
-        PeerLimits {
-            registration_bytes: mqtt.max_registration_bytes,
-            peers: mqtt.max_peers,
-            classes: mqtt.max_classes_per_peer,
-            functions: mqtt.max_functions_per_peer,
-            requests: mqtt.max_requests_per_peer,
-            name_bytes: mqtt.max_name_bytes,
-            summary_bytes: mqtt.max_summary_bytes,
-            text_bytes: mqtt.max_text_bytes,
-        }
-    }
-}
-
 impl Default for PeerLimits {
     fn default() -> Self {
-        PeerLimits::from_config(&crate::config::MqttConfig::default())
+        PeerLimits {
+            registration_bytes: 256 * 1024,
+            peers: 64,
+            classes: 64,
+            functions: 256,
+            requests: 1024,
+            name_bytes: 128,
+            summary_bytes: 1024,
+            text_bytes: 8 * 1024,
+        }
     }
 }
 
@@ -156,73 +149,47 @@ impl std::fmt::Debug for LinkSettings {
     }
 }
 
-impl LinkSettings {
-    /// The link settings of `config`; `None` in local mode (no broker configured).
-    /// Creates the device id on first use.
-    pub fn from_config(config: &Config) -> Result<Option<LinkSettings>, MqttError> {
-        let mqtt = &config.mqtt;
-        if mqtt.broker.trim().is_empty() {
-            return Ok(None);
-        }
-        let broker = Broker::parse(mqtt.broker.trim())?;
-        let password = if !mqtt.password_file.as_os_str().is_empty() {
-            let text = read("mqtt.password_file", &mqtt.password_file)?;
-            let text = String::from_utf8(text).map_err(|_| MqttError::File {
-                what: "mqtt.password_file",
-                path: mqtt.password_file.clone(),
-                problem: "not UTF-8 text".into(),
-            })?;
-            text.lines().next().unwrap_or_default().to_string()
-        } else {
-            mqtt.password.clone()
-        };
-        let credentials =
-            (!mqtt.username.is_empty()).then(|| (mqtt.username.clone(), password.clone()));
-        let has_cert = !mqtt.client_cert.as_os_str().is_empty();
-        if !broker.is_loopback() && !(broker.tls && (credentials.is_some() || has_cert)) {
-            let missing = match (broker.tls, credentials.is_some() || has_cert) {
-                (false, false) => "TLS and authentication",
-                (false, true) => "TLS",
-                _ => "authentication",
-            };
-            if !mqtt.allow_insecure {
-                return Err(MqttError::Insecure {
-                    host: broker.host.clone(),
-                    missing: missing.into(),
-                });
-            }
-            tracing::warn!(
-                broker = %broker.host,
-                missing,
-                "connecting without {missing} because mqtt.allow_insecure is set"
-            );
-        }
-        let tls = if broker.tls {
-            Some(Arc::new(tls_config(
-                &mqtt.ca_file,
-                &mqtt.client_cert,
-                &mqtt.client_key,
-            )?))
-        } else {
-            None
-        };
-        Ok(Some(LinkSettings {
-            broker,
-            device_id: device_id(&mqtt.device_id, &config.device.data_dir)?,
-            device_name: config.device.name.clone(),
-            credentials,
-            tls,
-            keep_alive: Duration::from_secs(mqtt.keep_alive_s),
-            topics: Topics::new(&mqtt.topic_prefix),
-            call_timeout: Duration::from_millis(mqtt.call_timeout_ms),
-            allow: AllowList::new(mqtt.remote_allow.clone()),
-            max_payload: mqtt.max_payload_bytes,
-            max_concurrent: mqtt.max_concurrent_calls,
-            peer_limits: PeerLimits::from_config(mqtt),
-            // The model is loaded once per configuration by `app::Parts`, which sets it.
-            search: crate::embed::SearchModel::default(),
-        }))
+/// The password: the first line of `file` when one is named, else `inline`.
+pub fn password(inline: &str, file: &Path) -> Result<String, MqttError> {
+    if file.as_os_str().is_empty() {
+        return Ok(inline.to_string());
     }
+    let text = read("mqtt.password_file", file)?;
+    let text = String::from_utf8(text).map_err(|_| MqttError::File {
+        what: "mqtt.password_file",
+        path: file.to_path_buf(),
+        problem: "not UTF-8 text".into(),
+    })?;
+    Ok(text.lines().next().unwrap_or_default().to_string())
+}
+
+/// Refuses a broker on another machine without TLS and authentication (a password or
+/// a client certificate), unless `allow_insecure`; then it only warns.
+pub fn check_security(
+    broker: &Broker,
+    authenticated: bool,
+    allow_insecure: bool,
+) -> Result<(), MqttError> {
+    if broker.is_loopback() || (broker.tls && authenticated) {
+        return Ok(());
+    }
+    let missing = match (broker.tls, authenticated) {
+        (false, false) => "TLS and authentication",
+        (false, true) => "TLS",
+        _ => "authentication",
+    };
+    if !allow_insecure {
+        return Err(MqttError::Insecure {
+            host: broker.host.clone(),
+            missing: missing.into(),
+        });
+    }
+    tracing::warn!(
+        broker = %broker.host,
+        missing,
+        "connecting without {missing} because mqtt.allow_insecure is set"
+    );
+    Ok(())
 }
 
 fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, MqttError> {
@@ -233,7 +200,9 @@ fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, MqttError> {
     })
 }
 
-fn tls_config(
+/// The TLS client configuration: the system roots (or `ca_file`), and a client
+/// certificate when one is named.
+pub fn tls_config(
     ca_file: &Path,
     client_cert: &Path,
     client_key: &Path,
@@ -314,7 +283,8 @@ fn pem_error(what: &'static str, path: &Path, e: std::io::Error) -> MqttError {
 }
 
 /// The configured id, or the one kept in `data_dir/device-id`, created on first use.
-fn device_id(configured: &str, data_dir: &Path) -> Result<String, MqttError> {
+/// This device's id: `configured`, or the one kept in `data_dir` (created on first use).
+pub fn device_id(configured: &str, data_dir: &Path) -> Result<String, MqttError> {
     let valid = super::protocol::valid_device_id;
     if !configured.is_empty() {
         if !valid(configured) {
@@ -368,18 +338,23 @@ mod tests {
 
     #[test]
     fn insecure_remote_broker_is_refused_unless_allowed() {
-        let mut config = Config::default();
-        config.mqtt.broker = "mqtt://hub.example".into();
-        config.mqtt.device_id = "kitchen".into();
-        let err = LinkSettings::from_config(&config).unwrap_err().to_string();
+        let remote = Broker::parse("mqtt://hub.example").unwrap();
+        let err = check_security(&remote, false, false)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("allow_insecure") && err.contains("TLS"),
             "{err}"
         );
-        config.mqtt.allow_insecure = true;
-        assert!(LinkSettings::from_config(&config).unwrap().is_some());
-        config.mqtt.broker = String::new();
-        assert!(LinkSettings::from_config(&config).unwrap().is_none());
+        assert!(check_security(&remote, false, true).is_ok());
+        let local = Broker::parse("mqtt://127.0.0.1").unwrap();
+        assert!(check_security(&local, false, false).is_ok());
+        let secured = Broker::parse("mqtts://hub.example").unwrap();
+        assert!(check_security(&secured, true, false).is_ok());
+        let err = check_security(&secured, false, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("authentication"), "{err}");
     }
 
     #[test]

@@ -14,8 +14,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+mod settings;
+
 use crate::host::HostSettings;
-use crate::host::storage::StorageLimits;
+use crate::hub::CodeMode;
 use crate::sandbox::Limits;
 use crate::wake::{
     Bundled, ScoreMode, Sensitivity, Settings as WakeSettings, Vad, WakeError, WakeWord,
@@ -65,7 +67,7 @@ pub struct Config {
     /// Finding skills for a request.
     pub search: SearchConfig,
     /// MCP servers as skill classes.
-    pub mcp: crate::mcp::McpConfig,
+    pub mcp: McpConfig,
     /// The Home Assistant server the bundled `HomeAssistant` skill controls.
     pub homeassistant: HomeAssistantConfig,
 }
@@ -108,31 +110,6 @@ impl Default for HomeAssistantConfig {
             max_entities: 5_000,
             cache_ms: 60_000,
         }
-    }
-}
-
-impl HomeAssistantConfig {
-    /// What the host API needs, when a server is configured.
-    pub fn settings(&self) -> Option<crate::host::homeassistant::HaSettings> {
-        use crate::host::homeassistant::{HaSettings, TokenSource};
-        let url = self.url.trim().trim_end_matches('/');
-        if url.is_empty() {
-            return None;
-        }
-        let token = match (&self.token_file, &self.token_env) {
-            (Some(file), _) => TokenSource::File(file.clone()),
-            (None, Some(var)) => TokenSource::Env(var.clone()),
-            // Refused by validation; a file that cannot exist keeps the error clear.
-            (None, None) => TokenSource::File(PathBuf::new()),
-        };
-        Some(HaSettings {
-            url: url.to_string(),
-            token,
-            timeout: Duration::from_millis(self.timeout_ms),
-            max_response_bytes: self.max_response_bytes,
-            max_entities: self.max_entities,
-            cache_ttl: Duration::from_millis(self.cache_ms),
-        })
     }
 }
 
@@ -200,20 +177,6 @@ impl Default for TtsConfig {
     }
 }
 
-impl TtsConfig {
-    /// What the synthesiser needs.
-    pub fn settings(&self) -> crate::tts::TtsSettings {
-        crate::tts::TtsSettings {
-            engine: self.engine,
-            program: self.program.clone(),
-            voice: self.voice.clone(),
-            voices: self.voices.clone(),
-            rate_wpm: self.rate_wpm,
-            timeout: Duration::from_millis(self.timeout_ms),
-        }
-    }
-}
-
 /// `[hub]`: where the language model is and how long to wait for it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -266,55 +229,6 @@ pub struct EndpointConfig {
     pub api_key_env: Option<String>,
 }
 
-impl EndpointConfig {
-    /// Whether this endpoint sends an API key over plain `http` to a host other than
-    /// this machine, where anyone on the way can read it.
-    pub fn sends_key_in_clear(&self) -> bool {
-        if self.api_key_file.is_none() && self.api_key_env.is_none() {
-            return false;
-        }
-        let Ok(url) = reqwest::Url::parse(self.url.trim()) else {
-            return false; // never sent anywhere: the request fails before connecting
-        };
-        url.scheme() == "http" && !is_loopback(&url)
-    }
-
-    /// Why this endpoint is refused, if it is: it would send its key in clear text off
-    /// this machine and `allow_insecure` (`hub.allow_insecure`) is off.
-    pub fn plain_http_refusal(&self, allow_insecure: bool) -> Option<String> {
-        (!allow_insecure && self.sends_key_in_clear()).then(|| {
-            format!(
-                "hub endpoint {} would send its API key over plain http to another machine: use https:// (with hub.ca_file for a private CA), or set hub.allow_insecure = true to accept that anyone on the network can read the key",
-                self.url.trim()
-            )
-        })
-    }
-}
-
-fn is_loopback(url: &reqwest::Url) -> bool {
-    let Some(host) = url.host_str() else {
-        return false;
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    match host.parse::<std::net::IpAddr>() {
-        Ok(std::net::IpAddr::V4(ip)) => ip.is_loopback(),
-        Ok(std::net::IpAddr::V6(ip)) => {
-            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
-        Err(_) => host.trim_end_matches('.').eq_ignore_ascii_case("localhost"),
-    }
-}
-
-/// Whether code comes as fenced text or as native tool calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CodeMode {
-    /// ```` ```rhai ```` blocks in the text.
-    Fenced,
-    /// A `run_code` tool the server calls natively.
-    Tools,
-}
-
 /// `[agent]`: the conversation loop.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -332,6 +246,7 @@ pub struct AgentConfig {
 
 impl Default for HubConfig {
     fn default() -> Self {
+        let limits = crate::hub::StreamLimits::default();
         HubConfig {
             endpoints: vec![EndpointConfig {
                 url: "http://localhost:8080/v1".into(),
@@ -343,9 +258,9 @@ impl Default for HubConfig {
             first_byte_timeout_ms: 30_000,
             chunk_timeout_ms: 15_000,
             retry_down_after_ms: 60_000,
-            max_reply_bytes: 32 * 1024,
-            max_event_bytes: 1 << 20,
-            max_tool_calls: 16,
+            max_reply_bytes: limits.max_reply_bytes,
+            max_event_bytes: limits.max_event_bytes,
+            max_tool_calls: limits.max_tool_calls,
             max_error_body_bytes: 64 * 1024,
             allow_insecure: false,
             max_tokens: 1024,
@@ -575,21 +490,6 @@ impl Default for WakeConfig {
     }
 }
 
-impl AudioConfig {
-    /// What the capture thread needs.
-    pub fn capture_settings(&self) -> crate::audio::CaptureSettings {
-        crate::audio::CaptureSettings {
-            input: self.input.clone(),
-            retry_min: Duration::from_millis(self.retry_min_ms),
-            retry_max: Duration::from_millis(self.retry_max_ms),
-            stall_timeout: Duration::from_millis(self.stall_timeout_ms),
-            rate: (self.input_rate > 0).then_some(self.input_rate),
-            channels: (self.input_channels > 0).then_some(self.input_channels),
-            format: crate::audio::capture::parse_sample_format(&self.input_format),
-        }
-    }
-}
-
 /// `[vad]`: when a command has ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -628,36 +528,7 @@ impl Default for VadConfig {
     }
 }
 
-impl VadConfig {
-    /// What the detector needs.
-    pub fn settings(&self) -> crate::vad::VadSettings {
-        crate::vad::VadSettings {
-            hangover_ms: self.hangover_ms,
-            mid_sentence_ms: self.mid_sentence_ms,
-            max_utterance_ms: self.max_utterance_ms,
-            no_speech_timeout_ms: self.no_speech_timeout_ms,
-            threshold_db: self.threshold_db,
-        }
-    }
-}
-
 impl WakeConfig {
-    /// What the detector needs.
-    pub fn settings(&self) -> WakeSettings {
-        WakeSettings {
-            sensitivity: self.sensitivity,
-            threshold: self.threshold,
-            avg_threshold: self.avg_threshold,
-            min_scores: self.min_scores,
-            score_mode: self.score_mode,
-            score_ref: self.score_ref,
-            band_size: self.band_size,
-            vad: self.vad,
-            gain_normalizer: self.gain_normalizer,
-            eager: self.eager,
-        }
-    }
-
     /// The configured wake word: `file`, or the bundled one. Errors name `wake.file`.
     pub fn word(&self) -> Result<WakeWord, WakeError> {
         match &self.file {
@@ -683,6 +554,35 @@ pub struct SearchConfig {
     /// ships them) to rank skills by meaning as well as by words. Empty (the default):
     /// lexical ranking only.
     pub embedding_model: Option<PathBuf>,
+}
+
+/// `[mcp]`: MCP servers as skill classes (docs/mcp.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    /// The MCP servers file (`{"mcpServers": {...}}`, as other MCP clients write it).
+    /// None (the default): no MCP servers.
+    pub config_file: Option<PathBuf>,
+    /// How long a server may take to answer `initialize` and list its tools.
+    pub start_timeout_ms: u64,
+    /// Largest result (as JSON) a tool may hand a script.
+    pub max_result_bytes: usize,
+    /// Most tools one server may list.
+    pub max_tools: usize,
+    /// Longest description (of a server, a tool, a parameter) kept, in bytes.
+    pub max_text_bytes: usize,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            config_file: None,
+            start_timeout_ms: 30_000,
+            max_result_bytes: 64 * 1024,
+            max_tools: 64,
+            max_text_bytes: 1_000,
+        }
+    }
 }
 
 /// `[log]`.
@@ -756,6 +656,7 @@ pub struct MqttConfig {
 
 impl Default for MqttConfig {
     fn default() -> Self {
+        let peers = crate::mqtt::PeerLimits::default();
         MqttConfig {
             broker: String::new(),
             device_id: String::new(),
@@ -772,14 +673,14 @@ impl Default for MqttConfig {
             remote_allow: Vec::new(),
             max_payload_bytes: 64 * 1024,
             max_concurrent_calls: 4,
-            max_registration_bytes: 256 * 1024,
-            max_peers: 64,
-            max_classes_per_peer: 64,
-            max_functions_per_peer: 256,
-            max_requests_per_peer: 1024,
-            max_name_bytes: 128,
-            max_summary_bytes: 1024,
-            max_text_bytes: 8 * 1024,
+            max_registration_bytes: peers.registration_bytes,
+            max_peers: peers.peers,
+            max_classes_per_peer: peers.classes,
+            max_functions_per_peer: peers.functions,
+            max_requests_per_peer: peers.requests,
+            max_name_bytes: peers.name_bytes,
+            max_summary_bytes: peers.summary_bytes,
+            max_text_bytes: peers.text_bytes,
         }
     }
 }
@@ -840,19 +741,6 @@ impl Default for SttConfig {
     }
 }
 
-impl SttConfig {
-    /// What the transcriber needs.
-    pub fn settings(&self) -> crate::stt::Settings {
-        crate::stt::Settings {
-            model: self.model.clone(),
-            threads: self.threads,
-            language: self.language.clone(),
-            languages: self.languages.clone(),
-            timeout: std::time::Duration::from_millis(self.timeout_ms),
-        }
-    }
-}
-
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
@@ -861,45 +749,7 @@ impl Default for LogConfig {
     }
 }
 
-impl SandboxConfig {
-    /// The sandbox limits these settings describe.
-    pub fn limits(&self) -> Limits {
-        Limits {
-            memory_bytes: self.memory_mib * 1024 * 1024,
-            wall_time: Duration::from_millis(self.timeout_ms),
-            total_time: Duration::from_millis(self.total_timeout_ms),
-            output_bytes: self.output_bytes,
-            result_bytes: self.result_bytes,
-            max_operations: self.max_operations,
-            max_string_size: self.max_string_bytes,
-            max_array_size: self.max_array_len,
-            max_map_size: self.max_map_len,
-            max_call_depth: self.max_call_depth,
-            max_expr_depth: self.max_expr_depth,
-        }
-    }
-}
-
 impl Config {
-    /// What skills may do on the host.
-    pub fn host_settings(&self) -> HostSettings {
-        HostSettings {
-            data_dir: self.device.data_dir.clone(),
-            call_timeout: Duration::from_millis(self.skills.call_timeout_ms),
-            command_timeout: Duration::from_millis(self.skills.command_timeout_ms),
-            http_timeout: Duration::from_millis(self.skills.http_timeout_ms),
-            http_max_bytes: self.skills.http_max_bytes,
-            file_max_bytes: self.skills.file_max_bytes,
-            storage: StorageLimits {
-                max_bytes: self.skills.storage_max_bytes,
-                max_value_bytes: self.skills.storage_max_value_bytes,
-            },
-            quiet_hours: crate::host::services::QuietHours::parse(&self.announce.quiet_hours),
-            homeassistant: self.homeassistant.settings(),
-            ..HostSettings::default()
-        }
-    }
-
     /// Loads the configuration. With `path == None` the default file is read when it
     /// exists; an explicit path must exist. Environment overrides come from `env`
     /// (normally `std::env::vars()`), so tests need not touch the process environment.
@@ -1140,11 +990,11 @@ impl Config {
             });
         }
         // Refused here rather than at the first request: the person learns it at start.
-        if let Some(refusal) = self
-            .hub
+        let hub = self.hub.settings();
+        if let Some(refusal) = hub
             .endpoints
             .iter()
-            .find_map(|e| e.plain_http_refusal(self.hub.allow_insecure))
+            .find_map(|e| e.plain_http_refusal(hub.allow_insecure))
         {
             return Err(ConfigError::Invalid {
                 origin: origin("hub.endpoints"),
@@ -1568,7 +1418,7 @@ mod tests {
     #[test]
     fn defaults_when_no_file() {
         let config = Config::load(None, env(&[])).unwrap();
-        assert_eq!(config.sandbox.limits(), Limits::default());
+        assert_eq!(config.sandbox.settings(), Limits::default());
         assert_eq!(config.skills.dir, PathBuf::from("skills"));
     }
 
