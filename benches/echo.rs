@@ -1,7 +1,9 @@
 //! Echo cancellation: how much quieter the spoke's own reply is at its microphone with
 //! the canceller (ERLE), whether "hey strawberry" said during a reply is still found by
 //! the wake word, whether the reply alone wakes it, and the CPU per 10 ms block. The
-//! canceller on and off in the same run, on the same audio.
+//! canceller on and off in the same run, on the same audio; with the `webrtc-aec`
+//! feature, the daemon's AEC3 (`sonora`, pure Rust) and WebRTC's own C++ AEC3 (the
+//! `webrtc-audio-processing` crate) side by side.
 //!
 //! The room is simulated (no real board's speaker and microphone were used): the reply
 //! (espeak-ng en-us sentences from `tests/setup.sh`) is played at 48 kHz through the
@@ -10,8 +12,9 @@
 //! `tests/setup.sh` (other voices) are said 2.5 s into the reply (the canceller still
 //! finding the echo) or 8 s in (found), 10 dB below the echo.
 //!
-//! `cargo bench --bench echo` (after `tests/setup.sh`). Under `cargo test` this target
-//! only checks that it builds.
+//! `cargo bench --bench echo --features webrtc-aec` (after `tests/setup.sh` and, for the
+//! C++ peer, `packaging/webrtc-deps.sh`); without the feature, sonora alone. Under
+//! `cargo test` this target only checks that it builds.
 
 #[path = "../tests/support/room.rs"]
 mod room;
@@ -20,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use room::{echo_of, noise, play_and_cancel};
-use strawberry_spoke::audio::echo;
+use strawberry_spoke::audio::echo::{self, Engine, Extras};
 use strawberry_spoke::audio::wav::read_wav_16k;
 use strawberry_spoke::audio::{FRAME_SAMPLES, SAMPLE_RATE};
 use strawberry_spoke::wake::{Detector, Settings, WakeWord};
@@ -48,10 +51,26 @@ fn main() {
     phrases.sort();
     let word = WakeWord::bundled_reference().expect("the bundled word");
 
+    let none = Extras::default();
+    let ns = Extras {
+        noise_suppression: true,
+        gain_control: false,
+    };
+    let ns_agc = Extras {
+        noise_suppression: true,
+        gain_control: true,
+    };
+    let engines = [
+        (Engine::Sonora, none),
+        #[cfg(feature = "webrtc-aec")]
+        (Engine::WebRtc, none),
+        (Engine::Sonora, ns),
+        (Engine::Sonora, ns_agc),
+    ];
     println!(
-        "| phrase said | delay | echo gain | ERLE dB (on) | delay found (ms) | wake phrase during the reply found, off | on | reply alone woke it, off | on | CPU per 10 ms block |"
+        "| phrase said | delay | echo gain | AEC3 | ERLE dB | delay found (ms) | wake phrase during the reply found, off | on | reply alone woke it, off | on | CPU per 10 ms block |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let cases = [
         (2_500, 30, 0.6),
         (2_500, 80, 0.6),
@@ -61,7 +80,10 @@ fn main() {
         (8_000, 150, 0.6),
         (8_000, 80, 0.3),
     ];
-    for (at_ms, delay_ms, echo_gain) in cases {
+    for ((at_ms, delay_ms, echo_gain), engine) in cases
+        .into_iter()
+        .flat_map(|case| engines.map(|engine| (case, engine)))
+    {
         let mut found = [0usize; 2];
         let mut erle = Vec::new();
         let mut delays = Vec::new();
@@ -71,7 +93,7 @@ fn main() {
         for (n, phrase) in phrases.iter().enumerate() {
             let person = read(phrase);
             let scene = Scene::new(&reply, &person, at_ms, delay_ms, echo_gain, n as u64);
-            let (out, took, stats) = scene.cancel();
+            let (out, took, stats) = scene.cancel(engine);
             cpu += took;
             blocks += (scene.mic.len() / (SR / 100)) as u32;
             delays.push(stats.delay_ms.unwrap_or(0));
@@ -89,7 +111,7 @@ fn main() {
             // The reply alone, no person: does it wake the spoke?
             if n == 0 {
                 let quiet = Scene::new(&reply, &[], at_ms, delay_ms, echo_gain, 99);
-                let (out, _, _) = quiet.cancel();
+                let (out, _, _) = quiet.cancel(engine);
                 for (i, audio) in [&quiet.mic, &out].into_iter().enumerate() {
                     self_wakes[i] += detect(&word, audio).len();
                 }
@@ -98,9 +120,16 @@ fn main() {
         erle.sort_by(f64::total_cmp);
         delays.sort();
         println!(
-            "| {:.1} s into the reply | {delay_ms} ms | {:.0} dB | {:.1} (median of {}) | {} (median) | {}/{} | {}/{} | {} | {} | {:.0} µs |",
+            "| {:.1} s into the reply | {delay_ms} ms | {:.0} dB | {} | {:.1} (median of {}) | {} (median) | {}/{} | {}/{} | {} | {} | {:.0} µs |",
             at_ms as f64 / 1000.0,
             20.0 * f64::from(echo_gain).log10(),
+            match engine {
+                (Engine::Sonora, e) if e == none => "sonora (Rust)",
+                (Engine::Sonora, e) if e == ns => "sonora + noise suppression",
+                (Engine::Sonora, _) => "sonora + noise suppression + AGC2",
+                #[cfg(feature = "webrtc-aec")]
+                (Engine::WebRtc, _) => "WebRTC (C++)",
+            },
             erle[erle.len() / 2],
             erle.len(),
             delays[delays.len() / 2],
@@ -183,8 +212,8 @@ impl Scene {
     }
 
     /// Runs the microphone through a fresh canceller with the render played alongside.
-    fn cancel(&self) -> (Vec<f32>, Duration, echo::EchoStats) {
-        let (reference, mut canceller) = echo::pair().expect("canceller");
+    fn cancel(&self, (engine, extras): (Engine, Extras)) -> (Vec<f32>, Duration, echo::EchoStats) {
+        let (reference, mut canceller) = echo::pair_with(engine, extras).expect("canceller");
         let (out, took) = play_and_cancel(&reference, &mut canceller, &self.render, &self.mic, 0);
         (out, took, canceller.stats())
     }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# What the echo canceller's build (the webrtc-audio-processing crate, `bundled`: WebRTC's
-# audio processing compiled from the crate's own source) needs and Debian 12 lacks:
+# Only for the `webrtc-aec` feature (off by default; the daemon's echo canceller is
+# sonora, pure Rust): WebRTC's C++ echo canceller as benches/echo.rs's peer. What its
+# build (the webrtc-audio-processing crate, `bundled`: WebRTC's audio processing compiled
+# from the crate's own source) needs and Debian 12 lacks:
 #
 # - meson >= 1.1: Debian 12 has 1.0.1, whose `meson setup --reconfigure` on a new build
 #   directory fails ("Directory does not contain a valid build tree"). From PyPI, into
@@ -9,13 +11,14 @@
 #   abseil from GitHub (a wrap). Built here with cmake from Debian trixie's source
 #   package (fetched through apt with a private package list, so the system's apt
 #   sources are untouched), checked against a pinned hash, installed under the output
-#   directory with its pkg-config files (.cargo/config.toml points PKG_CONFIG_PATH there).
+#   directory with its pkg-config files (PKG_CONFIG_PATH must point there, below).
 #
 # Needs: python3-venv, cmake, ninja-build, g++, apt (Debian packages). Takes a few
 # minutes once; reruns reuse what is there.
 #
 # Usage: bash packaging/webrtc-deps.sh [OUT]   (OUT: target/webrtc-deps)
 #   then: export PATH="$PWD/target/webrtc-deps/bin:$PATH"
+#         export PKG_CONFIG_PATH="$PWD/target/webrtc-deps/abseil/lib/pkgconfig"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-target/webrtc-deps}")

@@ -263,7 +263,7 @@ impl Parts {
         match crate::audio::echo::pair() {
             Ok((reference, canceller)) => {
                 player.feed_echo(reference);
-                tracing::info!("echo cancellation on (WebRTC AEC3)");
+                tracing::info!("echo cancellation on (WebRTC AEC3, sonora's Rust port)");
                 Ok((player, Some(canceller)))
             }
             Err(error) => {

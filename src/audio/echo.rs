@@ -4,10 +4,15 @@
 //! Why in-process: the spoke owns its playback, so the exact samples it plays (replies,
 //! cues, rings, announcements) are at hand as the canceller's reference; a sound server's
 //! canceller (PipeWire's echo-cancel module) only sees what passes through it. The
-//! canceller is WebRTC's AEC3 (through the `webrtc-audio-processing` crate's bundled
-//! build), the one browsers and PipeWire use: it finds the delay between playing and
+//! canceller is WebRTC's AEC3, the one browsers and PipeWire use, in `sonora`'s pure-Rust
+//! port of WebRTC's audio processing module: it finds the delay between playing and
 //! hearing itself (ALSA buffers and the room differ per board) and follows it when it
-//! changes, so no delay is configured or assumed here.
+//! changes, so no delay is configured or assumed here. Why the port and not WebRTC's C++
+//! (the `webrtc-audio-processing` crate): measured against it in one run on the same
+//! simulated rooms it removes as much echo and keeps the wake word as well
+//! (BENCHMARKS.md, "Echo cancellation"), and it builds with cargo alone, for aarch64 too,
+//! where the C++ needs meson, a newer abseil than Debian 12's and a cross file. The C++
+//! stays available as the benchmark's peer behind the `webrtc-aec` feature ([`Engine`]).
 //!
 //! How the two sides meet: the speaker's callback hands each buffer it writes (mono, at
 //! the device's rate, silence included) to a [`Reference`], a bounded channel it only
@@ -24,8 +29,8 @@
 //! strength wherever something plays and can take the person's speech with it: in one run of the
 //! daemon's test harness (whose microphone never hears its speaker), the follow-up "Yes, please."
 //! said just after a reply was misheard with the canceller's output used from the start, and heard
-//! with it passed on as heard (one run each). It locks within 2-4 s of the first audible reply in a
-//! simulated room (BENCHMARKS.md), and stays locked.
+//! with it passed on as heard (one run each, with WebRTC's C++ AEC3). It locks within a few seconds
+//! of the first audible reply in a simulated room (BENCHMARKS.md), and stays locked.
 //!
 //! It cannot work without a reference that matches what the microphone hears: played
 //! audio lost on the way ([`EchoHealth::ReferenceLost`]) or a reply played for a while
@@ -38,8 +43,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 
-use webrtc_audio_processing::Processor;
-use webrtc_audio_processing::config::{Config, EchoCanceller, HighPassFilter};
+use sonora::config::{
+    AdaptiveDigital, EchoCanceller, GainController2, HighPassFilter, NoiseSuppression,
+};
+use sonora::{AudioProcessing, StreamConfig};
 
 use super::resample::{RateError, Resampler};
 use super::{Frame, SAMPLE_RATE};
@@ -55,7 +62,7 @@ const PLAYED_QUEUE: usize = 512;
 /// two sides have drifted apart (a stalled capture); the oldest is dropped.
 pub const MAX_PENDING_MS: usize = 1_000;
 
-/// Audible playback after which AEC3 should have found the delay (it takes 2-4 s).
+/// Audible playback after which AEC3 should have found the delay (it takes a few seconds).
 pub const FIND_DELAY_MS: u64 = 8_000;
 
 /// Echo return loss enhancement (dB) above which AEC3's filter has locked on.
@@ -67,14 +74,19 @@ const AUDIBLE_RMS: f32 = 0.003;
 /// Why the canceller could not be made or could not process.
 #[derive(Debug, thiserror::Error)]
 pub enum EchoError {
-    /// AEC3 could not be created.
-    #[error(
-        "the echo canceller (WebRTC AEC3) cannot start: {0}; the spoke will hear itself while it talks (set audio.echo_cancel = false to run without it and silence this)"
-    )]
-    Create(#[source] webrtc_audio_processing::Error),
     /// AEC3 rejected a block.
     #[error("the echo canceller failed on a block of audio: {0}; that block is passed on as heard")]
-    Process(#[source] webrtc_audio_processing::Error),
+    Process(#[source] sonora::Error),
+    /// WebRTC's C++ AEC3 could not be created.
+    #[cfg(feature = "webrtc-aec")]
+    #[error(
+        "the echo canceller (WebRTC AEC3, C++) cannot start: {0}; the spoke will hear itself while it talks (set audio.echo_cancel = false to run without it and silence this)"
+    )]
+    WebRtcCreate(#[source] webrtc_audio_processing::Error),
+    /// WebRTC's C++ AEC3 rejected a block.
+    #[cfg(feature = "webrtc-aec")]
+    #[error("the echo canceller failed on a block of audio: {0}; that block is passed on as heard")]
+    WebRtcProcess(#[source] webrtc_audio_processing::Error),
     /// The speaker's rate cannot be converted to 16 kHz.
     #[error("the speaker's rate cannot be used as the echo canceller's reference: {0}")]
     Rate(#[from] RateError),
@@ -128,6 +140,130 @@ pub struct EchoStats {
     pub erl_db: Option<f64>,
     /// Health, as in [`EchoHealth`].
     pub health: EchoHealth,
+}
+
+/// Which implementation of AEC3 does the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// `sonora`, the pure-Rust port: the daemon's.
+    Sonora,
+    /// WebRTC's C++ through `webrtc-audio-processing` (bundled build; needs meson and
+    /// abseil, see packaging/webrtc-deps.sh): the benchmark's peer.
+    #[cfg(feature = "webrtc-aec")]
+    WebRtc,
+}
+
+/// What else of WebRTC's audio processing runs on the capture path after AEC3 (sonora
+/// only). Neither is on in the daemon: see BENCHMARKS.md for what each did to the wake
+/// word in the echo benchmark.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Extras {
+    /// WebRTC's noise suppression (moderate).
+    pub noise_suppression: bool,
+    /// WebRTC's AGC2, adaptive digital gain.
+    pub gain_control: bool,
+}
+
+/// An AEC3 instance of either engine, 16 kHz mono, with the high-pass filter AEC3 expects.
+enum Processor {
+    Sonora(Box<AudioProcessing>),
+    #[cfg(feature = "webrtc-aec")]
+    WebRtc(Box<webrtc_audio_processing::Processor>),
+}
+
+impl Processor {
+    fn new(engine: Engine, extras: Extras) -> Result<Processor, EchoError> {
+        match engine {
+            Engine::Sonora => {
+                let stream = StreamConfig::new(SAMPLE_RATE, 1);
+                Ok(Processor::Sonora(Box::new(
+                    AudioProcessing::builder()
+                        .config(sonora::Config {
+                            echo_canceller: Some(EchoCanceller::default()),
+                            high_pass_filter: Some(HighPassFilter::default()),
+                            noise_suppression: extras
+                                .noise_suppression
+                                .then(NoiseSuppression::default),
+                            gain_controller2: extras.gain_control.then(|| GainController2 {
+                                adaptive_digital: Some(AdaptiveDigital::default()),
+                                ..GainController2::default()
+                            }),
+                            ..sonora::Config::default()
+                        })
+                        .capture_config(stream)
+                        .render_config(stream)
+                        .build(),
+                )))
+            }
+            #[cfg(feature = "webrtc-aec")]
+            Engine::WebRtc => {
+                use webrtc_audio_processing::config as w;
+                let processor = webrtc_audio_processing::Processor::new(SAMPLE_RATE)
+                    .map_err(EchoError::WebRtcCreate)?;
+                processor.set_config(w::Config {
+                    echo_canceller: Some(w::EchoCanceller::Full {
+                        stream_delay_ms: None,
+                    }),
+                    high_pass_filter: Some(w::HighPassFilter::default()),
+                    ..w::Config::default()
+                });
+                Ok(Processor::WebRtc(Box::new(processor)))
+            }
+        }
+    }
+
+    /// One 10 ms block played (`render`), then one heard (`heard`), cleaned into `out`.
+    fn block(
+        &mut self,
+        render: &[f32; BLOCK],
+        heard: &[f32; BLOCK],
+        out: &mut [f32],
+    ) -> Result<(), EchoError> {
+        match self {
+            Processor::Sonora(apm) => {
+                // The render side's output is not used: nothing processes what is played.
+                let mut played = [0.0f32; BLOCK];
+                apm.process_render_f32(&[&render[..]], &mut [&mut played[..]])
+                    .map_err(EchoError::Process)?;
+                apm.process_capture_f32(&[&heard[..]], &mut [out])
+                    .map_err(EchoError::Process)
+            }
+            #[cfg(feature = "webrtc-aec")]
+            Processor::WebRtc(processor) => {
+                let mut render = *render;
+                processor
+                    .process_render_frame([&mut render[..]])
+                    .map_err(EchoError::WebRtcProcess)?;
+                out.copy_from_slice(heard);
+                processor
+                    .process_capture_frame([out])
+                    .map_err(EchoError::WebRtcProcess)
+            }
+        }
+    }
+
+    /// Delay (ms), echo return loss enhancement and echo return loss (dB).
+    fn stats(&self) -> (Option<u32>, Option<f64>, Option<f64>) {
+        match self {
+            Processor::Sonora(apm) => {
+                let stats = apm.statistics();
+                (
+                    stats.delay_ms.and_then(|d| u32::try_from(d).ok()),
+                    stats.echo_return_loss_enhancement,
+                    stats.echo_return_loss,
+                )
+            }
+            #[cfg(feature = "webrtc-aec")]
+            Processor::WebRtc(processor) => {
+                let stats = processor.get_stats();
+                (
+                    stats.delay_ms,
+                    stats.echo_return_loss_enhancement,
+                    stats.echo_return_loss,
+                )
+            }
+        }
+    }
 }
 
 /// One buffer the speaker wrote: mono, at the device's rate.
@@ -194,14 +330,12 @@ impl std::fmt::Debug for Canceller {
 
 /// A canceller and the reference its speaker feeds.
 pub fn pair() -> Result<(Reference, Canceller), EchoError> {
-    let processor = Processor::new(SAMPLE_RATE).map_err(EchoError::Create)?;
-    processor.set_config(Config {
-        echo_canceller: Some(EchoCanceller::Full {
-            stream_delay_ms: None,
-        }),
-        high_pass_filter: Some(HighPassFilter::default()),
-        ..Config::default()
-    });
+    pair_with(Engine::Sonora, Extras::default())
+}
+
+/// Like [`pair`] with the AEC3 of `engine` and `extras` after it (benchmarks).
+pub fn pair_with(engine: Engine, extras: Extras) -> Result<(Reference, Canceller), EchoError> {
+    let processor = Processor::new(engine, extras)?;
     let (tx, rx) = mpsc::sync_channel(PLAYED_QUEUE);
     let lost = Arc::new(AtomicU64::new(0));
     Ok((
@@ -243,12 +377,7 @@ impl Canceller {
             }
             let mut heard = [0.0f32; BLOCK];
             heard.copy_from_slice(block);
-            self.processor
-                .process_render_frame([&mut render[..]])
-                .map_err(EchoError::Process)?;
-            self.processor
-                .process_capture_frame([&mut *block])
-                .map_err(EchoError::Process)?;
+            self.processor.block(&render, &heard, block)?;
             if !self.locked {
                 block.copy_from_slice(&heard);
             }
@@ -259,11 +388,11 @@ impl Canceller {
 
     /// What AEC3 reports now.
     pub fn stats(&self) -> EchoStats {
-        let stats = self.processor.get_stats();
+        let (delay_ms, erle_db, erl_db) = self.processor.stats();
         EchoStats {
-            delay_ms: stats.delay_ms,
-            erle_db: stats.echo_return_loss_enhancement,
-            erl_db: stats.echo_return_loss,
+            delay_ms,
+            erle_db,
+            erl_db,
             health: self.health.clone(),
         }
     }
@@ -309,22 +438,20 @@ impl Canceller {
     ///
     /// AEC3 reports no "delay found" flag; what it does report is an echo return loss
     /// and enhancement that stay at their floor (-30 dB and 0 dB) until its filter has
-    /// locked onto the echo, measured here to happen within 2-4 s of audible playback
+    /// locked onto the echo, which happens within a few seconds of audible playback
     /// (BENCHMARKS.md). So enhancement above [`LOCKED_ERLE_DB`] is taken as the delay
     /// found, and [`FIND_DELAY_MS`] of audible playback without it as not found.
     fn check(&mut self) {
         let lost = self.lost.load(Ordering::Relaxed);
-        let stats = self.processor.get_stats();
-        let locked = stats
-            .echo_return_loss_enhancement
-            .is_some_and(|erle| erle > LOCKED_ERLE_DB);
+        let (delay_ms, erle, _) = self.processor.stats();
+        let locked = erle.is_some_and(|erle| erle > LOCKED_ERLE_DB);
         let health = if lost > self.lost_seen {
             self.lost_seen = lost;
             EchoHealth::ReferenceLost { buffers: lost }
         } else if locked {
             self.locked = true;
             EchoHealth::Cancelling {
-                delay_ms: stats.delay_ms.unwrap_or(0),
+                delay_ms: delay_ms.unwrap_or(0),
             }
         } else if self.audible_ms >= FIND_DELAY_MS {
             EchoHealth::DelayNotFound
