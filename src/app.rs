@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::audio::Capture;
+use crate::audio::echo::Canceller;
 use crate::audio::playback::{Output, Player};
 use crate::config::Config;
 use crate::daemon::listener::Listener;
@@ -252,12 +253,33 @@ impl Parts {
         })
     }
 
-    /// The sound card replies are played on.
-    pub fn player(&self) -> Result<Player, PartError> {
-        Player::start(&self.config.audio.output, self.volume()).map_err(|error| PartError::Start {
-            what: "the playback thread",
-            error,
-        })
+    /// The sound card replies are played on and, with `audio.echo_cancel`, the echo
+    /// canceller that what it plays is the reference of (for the capture path; `None`,
+    /// logged, when it is off or cannot start).
+    pub fn player(&self) -> Result<(Player, Option<Canceller>), PartError> {
+        let player = Player::start(&self.config.audio.output, self.volume()).map_err(|error| {
+            PartError::Start {
+                what: "the playback thread",
+                error,
+            }
+        })?;
+        if !self.config.audio.echo_cancel {
+            tracing::info!(
+                "echo cancellation is off (audio.echo_cancel = false): the spoke hears itself while it talks"
+            );
+            return Ok((player, None));
+        }
+        match crate::audio::echo::pair() {
+            Ok((reference, canceller)) => {
+                player.feed_echo(reference);
+                tracing::info!("echo cancellation on (WebRTC AEC3, sonora's Rust port)");
+                Ok((player, Some(canceller)))
+            }
+            Err(error) => {
+                tracing::error!("{error}");
+                Ok((player, None))
+            }
+        }
     }
 
     /// The output volume, 0-1.

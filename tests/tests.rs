@@ -9,6 +9,7 @@ mod support;
 mod agent;
 mod bundled_skills;
 mod cli;
+mod echo;
 mod fuzz_replay;
 mod hardening_store;
 mod homeassistant;

@@ -12,6 +12,8 @@
 //! - [`capture`]: the microphone thread: open, convert, retry.
 //! - [`cues`]: the short tones that say "I heard you", "done" and "that failed".
 //! - [`devices`]: what inputs and outputs exist and what they support.
+//! - [`echo`]: the echo canceller, which takes what the speaker plays out of what the
+//!   microphone hears.
 //! - [`playback`]: the speaker, opened only while there is something to play.
 //! - [`preroll`]: the ring buffer that keeps the audio before a trigger.
 //! - [`resample`]: windowed-sinc rate conversion, in one go or streamed.
@@ -20,6 +22,7 @@
 pub mod capture;
 pub mod cues;
 pub mod devices;
+pub mod echo;
 pub mod playback;
 pub mod preroll;
 pub mod resample;

@@ -15,12 +15,13 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cpal::traits::{DeviceTrait, HostTrait, StreamTrait};
 
+use super::echo::Reference;
 use super::resample::resample;
 
 /// Silence written after the last sample before the stream is closed.
@@ -52,6 +53,8 @@ struct Shared {
     first_audio: Mutex<Option<Instant>>,
     /// Bumped by `stop`: audio resampled for an older generation is not queued.
     generation: AtomicU64,
+    /// The echo canceller's reference: gets everything the callback writes.
+    echo: OnceLock<Reference>,
 }
 
 enum Request {
@@ -85,6 +88,14 @@ impl Player {
             shared,
             thread: Some(thread),
         })
+    }
+}
+
+impl Player {
+    /// From now on, everything this player writes to the speaker (silence included) is
+    /// also handed to `reference`, the echo canceller's. Only the first call counts.
+    pub fn feed_echo(&self, reference: Reference) {
+        let _ = self.shared.echo.set(reference);
     }
 }
 
@@ -258,6 +269,7 @@ impl Owner {
         let format = supported.sample_format();
         let config = supported.config();
         let channels = usize::from(config.channels.max(1));
+        let rate = config.sample_rate;
         let shared = self.shared.clone();
         let (errors, error_rx) = mpsc::sync_channel(8);
         let xruns = Arc::new(AtomicU64::new(0));
@@ -266,7 +278,7 @@ impl Owner {
                 config,
                 format,
                 move |data: &mut cpal::Data, _: &cpal::OutputCallbackInfo| {
-                    fill(data, channels, &shared);
+                    fill(data, channels, rate, &shared);
                 },
                 super::capture::stream_errors(errors, xruns.clone()),
                 None,
@@ -291,21 +303,36 @@ fn find_output(host: &cpal::Host, name: &str) -> Option<cpal::Device> {
     super::capture::find_named(host, name, host.output_devices().ok())
 }
 
-/// The callback: queued samples, each copied to every channel, then silence.
-fn fill(data: &mut cpal::Data, channels: usize, shared: &Shared) {
+/// The callback: queued samples, each copied to every channel, then silence; what it
+/// wrote (mono) also goes to the echo canceller's reference, if there is one.
+fn fill(data: &mut cpal::Data, channels: usize, rate: u32, shared: &Shared) {
     use cpal::{FromSample, I24, SampleFormat as F, SizedSample, U24};
-    fn write<T: SizedSample + FromSample<f32>>(out: &mut [T], channels: usize, shared: &Shared) {
+    fn write<T: SizedSample + FromSample<f32>>(
+        out: &mut [T],
+        channels: usize,
+        rate: u32,
+        shared: &Shared,
+    ) {
         let frames = out.len() / channels;
+        let echo = shared.echo.get();
+        let mut played = Vec::with_capacity(if echo.is_some() { frames } else { 0 });
         let mut taken = 0;
         if let Ok(mut queue) = shared.queue.try_lock() {
             for frame in out.chunks_exact_mut(channels) {
                 let Some(s) = queue.pop_front() else { break };
                 frame.fill(T::from_sample(s));
+                if echo.is_some() {
+                    played.push(s);
+                }
                 taken += 1;
             }
         }
         for frame in out.chunks_exact_mut(channels).skip(taken) {
             frame.fill(T::EQUILIBRIUM);
+        }
+        if let Some(echo) = echo {
+            played.resize(frames, 0.0);
+            echo.played(played, rate);
         }
         if taken > 0
             && let Ok(mut first) = shared.first_audio.try_lock()
@@ -322,34 +349,34 @@ fn fill(data: &mut cpal::Data, channels: usize, shared: &Shared) {
     match data.sample_format() {
         F::I8 => data
             .as_slice_mut::<i8>()
-            .map(|d| write(d, channels, shared)),
+            .map(|d| write(d, channels, rate, shared)),
         F::I16 => data
             .as_slice_mut::<i16>()
-            .map(|d| write(d, channels, shared)),
+            .map(|d| write(d, channels, rate, shared)),
         F::I24 => data
             .as_slice_mut::<I24>()
-            .map(|d| write(d, channels, shared)),
+            .map(|d| write(d, channels, rate, shared)),
         F::I32 => data
             .as_slice_mut::<i32>()
-            .map(|d| write(d, channels, shared)),
+            .map(|d| write(d, channels, rate, shared)),
         F::U8 => data
             .as_slice_mut::<u8>()
-            .map(|d| write(d, channels, shared)),
+            .map(|d| write(d, channels, rate, shared)),
         F::U16 => data
             .as_slice_mut::<u16>()
-            .map(|d| write(d, channels, shared)),
+            .map(|d| write(d, channels, rate, shared)),
         F::U24 => data
             .as_slice_mut::<U24>()
-            .map(|d| write(d, channels, shared)),
+            .map(|d| write(d, channels, rate, shared)),
         F::U32 => data
             .as_slice_mut::<u32>()
-            .map(|d| write(d, channels, shared)),
+            .map(|d| write(d, channels, rate, shared)),
         F::F32 => data
             .as_slice_mut::<f32>()
-            .map(|d| write(d, channels, shared)),
+            .map(|d| write(d, channels, rate, shared)),
         F::F64 => data
             .as_slice_mut::<f64>()
-            .map(|d| write(d, channels, shared)),
+            .map(|d| write(d, channels, rate, shared)),
         _ => {
             data.bytes_mut().fill(0);
             shared.silence.fetch_add(u64::MAX / 2, Ordering::Relaxed);
@@ -456,7 +483,7 @@ mod tests {
         let ptr = buf.as_mut_ptr() as *mut ();
         // SAFETY: `buf` outlives `data`, and the length and format describe it.
         let mut data = unsafe { cpal::Data::from_parts(ptr, 8, cpal::SampleFormat::F32) };
-        fill(&mut data, 2, &shared);
+        fill(&mut data, 2, 16_000, &shared);
         assert_eq!(buf, [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.0, 0.0]);
         assert_eq!(shared.silence.load(Ordering::SeqCst), 1);
         assert!(shared.first_audio.lock().unwrap().is_some());

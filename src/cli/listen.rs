@@ -133,7 +133,8 @@ pub fn listen(config: &Config, file: &Path, out: Option<&Path>, no_wake: bool) -
     let sink = out.map(|path| Arc::new(WavSink::new(path, parts.volume())));
     let output: Arc<dyn Output> = match &sink {
         Some(sink) => sink.clone(),
-        None => Arc::new(parts.player()?),
+        // The microphone here is a file: it never hears the speaker, nothing to cancel.
+        None => Arc::new(parts.player()?.0),
     };
     let speaker = Arc::new(parts.speaker(output)?);
     let rt = runtime()?;

@@ -393,6 +393,9 @@ pub struct AudioConfig {
     pub volume: u32,
     /// Short tones when the wake word is heard, when a command is done, and on errors.
     pub cues: bool,
+    /// Take what the speaker plays out of what the microphone hears (WebRTC AEC3 in sonora's Rust port), so
+    /// the spoke can be interrupted while it talks and does not hear itself.
+    pub echo_cancel: bool,
 }
 
 impl Default for AudioConfig {
@@ -410,6 +413,7 @@ impl Default for AudioConfig {
             stall_timeout_ms: millis(capture.stall_timeout),
             volume: 100,
             cues: true,
+            echo_cancel: true,
         }
     }
 }

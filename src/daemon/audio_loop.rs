@@ -33,6 +33,8 @@ pub(super) struct AudioLoop {
     pub(super) stop: CancellationToken,
     pub(super) beat: Heartbeat,
     pub(super) status: Arc<Mutex<CaptureStatus>>,
+    /// Takes what the speaker plays out of each frame before the listener hears it.
+    pub(super) echo: Option<super::echo::EchoStage>,
 }
 
 impl AudioLoop {
@@ -58,7 +60,10 @@ impl AudioLoop {
                 .frames()
                 .recv_timeout(Duration::from_millis(100))
             {
-                Ok(frame) => {
+                Ok(mut frame) => {
+                    if let Some(echo) = &mut self.echo {
+                        echo.process(&mut frame);
+                    }
                     if let Some(heard) = self.listener.push(&frame)
                         && self.heard.send((heard, Instant::now())).is_err()
                     {

@@ -8,6 +8,7 @@
 //! hot reload stops, `offline` is published, the connection closes.
 //!
 //! - [`answer`]: yes or no from a spoken answer (confirming by voice).
+//! - [`echo`]: the echo canceller on the capture path, and its trouble in the status.
 //! - [`listener`]: frames to commands (wake word, then end of speech).
 //! - [`voice`]: commands to spoken replies, and the loop that ties it all together.
 //! - [`systemd`]: readiness, status, watchdog over `NOTIFY_SOCKET`.
@@ -16,6 +17,7 @@ pub mod answer;
 mod arbiter;
 mod audio_loop;
 mod conversation;
+pub mod echo;
 pub mod listener;
 pub mod phrases;
 pub mod pipeline;
@@ -242,8 +244,8 @@ impl Service for Running {
         let parts = parts.clone().speaking_to(speech);
         let spoke = Spoke::start(&parts, Arc::new(NeverConfirm), stop.clone())?;
         let agent = parts.agent(spoke.skills.clone(), spoke.link.as_ref(), stop.clone())?;
-        let player: Arc<dyn Output> = Arc::new(parts.player()?);
-        let speaker = Arc::new(parts.speaker(player)?);
+        let (player, echo) = parts.player()?;
+        let speaker = Arc::new(parts.speaker(Arc::new(player) as Arc<dyn Output>)?);
         let (ear, asks) = voice::ear();
         let pipeline = Arc::new(parts.pipeline(Arc::new(transcriber), agent, speaker, Some(ear)));
         let ears = Ears {
@@ -251,6 +253,7 @@ impl Service for Running {
             listener: parts.listener(detector),
             wake_name: word.name().to_string(),
             asks,
+            echo,
         };
         let voice = Voice::start(
             stop.clone(),

@@ -88,6 +88,8 @@ pub struct Ears {
     pub listener: Listener,
     pub wake_name: String,
     pub asks: Asks,
+    /// The echo canceller, when there is one (see [`super::echo`]).
+    pub echo: Option<crate::audio::echo::Canceller>,
 }
 
 impl Voice {
@@ -107,6 +109,7 @@ impl Voice {
             listener,
             wake_name,
             asks,
+            echo,
         } = ears;
         let (heard_tx, heard_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = std::sync::mpsc::channel();
@@ -124,6 +127,7 @@ impl Voice {
             stop: stop.clone(),
             beat: audio_beat.clone(),
             status: capture_status.clone(),
+            echo: echo.map(|c| super::echo::EchoStage::new(c, notifier.clone())),
         };
         let audio = std::thread::Builder::new()
             .name("voice-audio".into())

@@ -12,5 +12,6 @@ pub mod llm;
 pub mod mosquitto;
 pub mod mouth;
 pub mod poll;
+pub mod room;
 pub mod skill;
 pub mod stt;
