@@ -649,6 +649,55 @@ fn both_bundled_words_load_and_sensitivity_orders_the_neural_thresholds() {
     assert!(back.is_neural() && back.longest_samples() == neural.longest_samples());
 }
 
+/// The bundled neural word with its header's `min_frames` set to `n`.
+fn neural_word_needing(n: usize) -> WakeWord {
+    let good = strawberry_spoke::wake::BUNDLED_NEURAL;
+    let len = u32::from_le_bytes(good[8..12].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&good[12..12 + len]).unwrap();
+    header["min_frames"] = n.into();
+    let header = serde_json::to_vec(&header).unwrap();
+    let mut bytes = good[..8].to_vec();
+    bytes.extend((header.len() as u32).to_le_bytes());
+    bytes.extend(&header);
+    bytes.extend(&good[12 + len..]);
+    WakeWord::from_bytes(&bytes, "mem").unwrap()
+}
+
+#[test]
+fn the_neural_word_fires_after_the_frames_its_file_asks_for() {
+    let _cores = cpu::heavy_blocking();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/wake");
+    let samples = read_16k(&dir.join("neural-check.wav"));
+    let word = WakeWord::bundled_neural().unwrap();
+    let settings = Settings {
+        threshold: Some(0.5),
+        ..Settings::default()
+    };
+    // The longest run of frames scoring at or over the threshold in the clip.
+    let trace = word.trace(&samples).unwrap();
+    let (mut run, mut longest) = (0, 0);
+    for &logit in &trace.logits {
+        run = if 1.0 / (1.0 + (-logit).exp()) >= 0.5 {
+            run + 1
+        } else {
+            0
+        };
+        longest = longest.max(run);
+    }
+    assert!(
+        longest > 2,
+        "the clip holds the phrase: longest run {longest}"
+    );
+    let heard = |n: usize| {
+        let mut detector = Detector::with_word(&settings, &neural_word_needing(n)).unwrap();
+        let mut found = detector.process(&samples);
+        found.extend(detector.process(&vec![0.0; SAMPLE_RATE as usize]));
+        found.iter().map(|d| d.frames).collect::<Vec<_>>()
+    };
+    assert_eq!(heard(longest), vec![longest]);
+    assert_eq!(heard(longest + 1), Vec::<usize>::new());
+}
+
 #[test]
 fn broken_neural_word_files_are_clear_errors() {
     let _cores = cpu::heavy_blocking();
@@ -679,6 +728,14 @@ fn broken_neural_word_files_are_clear_errors() {
             "version 9",
         ),
         (with_header("{\"format\": 1}"), "unreadable header"),
+        (
+            with_header(
+                &header
+                    .replacen("\"min_frames\"", "\"min_frames_was\"", 1)
+                    .replacen('{', "{\"min_frames\": 0,", 1),
+            ),
+            "min_frames 0",
+        ),
     ];
     for (bytes, says) in cases {
         let err = WakeWord::from_bytes(&bytes, "x.wake").unwrap_err();

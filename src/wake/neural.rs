@@ -42,9 +42,10 @@ const WIN: usize = 400;
 const HOP: usize = 160;
 const NFFT: usize = 512;
 
-/// Consecutive frames over the threshold before a detection fires (the operating points
-/// in the file were measured with this).
-const MIN_FRAMES: usize = 2;
+/// Consecutive frames over the threshold before a detection fires, for files that do not
+/// say (the first model's rule). A file's operating points were measured with its own.
+const DEFAULT_MIN_FRAMES: usize = 2;
+const MAX_MIN_FRAMES: usize = 50;
 /// Frames under the threshold before the word can fire again (one utterance, one
 /// detection).
 const REARM_FRAMES: usize = 50;
@@ -66,10 +67,18 @@ struct Header {
     dilations: Vec<usize>,
     arrays: Vec<(String, Vec<usize>)>,
     operating_points: OperatingPoints,
+    /// Consecutive frames over the threshold that fire (chosen with the operating points
+    /// on the dev split).
+    #[serde(default = "default_min_frames")]
+    min_frames: usize,
     /// How long after the phrase's end the score typically first crosses the threshold.
     end_offset_ms: u32,
     /// A typical phrase's length (where `start` is placed).
     phrase_ms: u32,
+}
+
+fn default_min_frames() -> usize {
+    DEFAULT_MIN_FRAMES
 }
 
 /// Thresholds measured for each sensitivity (false wakes per hour against detection,
@@ -110,6 +119,7 @@ pub struct Model {
     head: Vec<f32>,
     head_bias: f32,
     points: OperatingPoints,
+    min_frames: usize,
     end_offset: u64,
     phrase: u64,
 }
@@ -178,6 +188,12 @@ impl Model {
             if !(0.0..=1.0).contains(&p) {
                 return Err(format!("operating point {p} is not in 0-1"));
             }
+        }
+        if !(1..=MAX_MIN_FRAMES).contains(&h.min_frames) {
+            return Err(format!(
+                "min_frames {} is not in 1-{MAX_MIN_FRAMES}",
+                h.min_frames
+            ));
         }
         let (c, m) = (h.channels, h.n_mels);
         let mut expected: Vec<(String, Vec<usize>)> = vec![
@@ -267,6 +283,7 @@ impl Model {
             head: take("wh"),
             head_bias,
             points,
+            min_frames: h.min_frames,
             end_offset: u64::from(h.end_offset_ms) * u64::from(SAMPLE_RATE) / 1000,
             phrase: u64::from(h.phrase_ms) * u64::from(SAMPLE_RATE) / 1000,
         })
@@ -514,7 +531,7 @@ impl Runner {
         }
         self.over += 1;
         self.best = self.best.max(score);
-        if self.over < MIN_FRAMES {
+        if self.over < self.model.min_frames {
             return None;
         }
         let frames = self.over;

@@ -1,16 +1,21 @@
-"""Measures the trained model's operating points on the dev split only (dev voices'
-phrases in four rooms, dev clips, and dev voices reading training text with and without
-music), writes them into the model file with the timing figures the detector needs, and
-exports the exactness check (a fixed clip's features and logits) for tests/wake.rs.
+"""Measures trained models' operating points on the dev split only (dev voices' phrases
+in four rooms, and two hours of dev voices reading training text, alone, over music and
+noise), picks the model and the detection rule that hear the most dev phrases at the
+medium point, writes them into the model file with the timing figures the detector
+needs, and exports the exactness check (a fixed clip's features and logits) for
+tests/wake.rs.
 
-Usage: calibrate.py MODEL.wake OUT.wake
-The detection rule simulated here is src/wake/neural.rs's: two consecutive frames at or
-over the threshold fire; the word re-arms after 50 frames under it.
+Usage: calibrate.py OUT.wake CHECK MODEL.wake [MODEL.wake ...]
+       calibrate.py --measure MODEL.wake ... (measures now; a later run reuses it)
+The detection rule simulated here is src/wake/neural.rs's: `min_frames` consecutive
+frames at or over the threshold fire; the word re-arms after 50 frames under it.
 """
 
 import glob
+import hashlib
 import json
 import os
+import pickle
 import struct
 import sys
 
@@ -20,8 +25,12 @@ from scipy.io import wavfile
 import common
 from common import CACHE, HOP, WIN, SR
 
-MIN_FRAMES = 2
 REARM = 50
+# Persistence rules tried (consecutive frames over the threshold); a phrase keeps its
+# score up for ~20 frames after it ends, a stray spike in ordinary speech for fewer.
+RULES = (2, 3, 4, 6, 8, 10, 12, 16, 20)
+# Thresholds tried, even in logit space (scores crowd near 1).
+THRESHOLDS = 1 / (1 + np.exp(-np.arange(-1.0, 10.0, 0.125)))
 
 
 def read_model(path):
@@ -73,31 +82,26 @@ def scores_of(h, a, x):
     return s
 
 
-def events(s, th):
-    """Frames at which the detector fires (window-end frame index)."""
+def events(s, th, k):
+    """(first frame of the run, frame it fired at) for each detection: `k` consecutive
+    frames at or over `th` fire, then `REARM` frames under it re-arm."""
     over = s >= th
+    if not over.any():
+        return []
+    d = np.diff(np.concatenate([[0], over.astype(np.int8), [0]]))
     out = []
-    idx = np.nonzero(over)[0]
-    if len(idx) == 0:
-        return out
-    armed, under, run, first = True, 0, 0, 0
-    # Only the frames from the first to just past the last over the threshold matter.
-    for i in range(idx[0], min(len(s), idx[-1] + 2)):
-        o = over[i]
-        if not armed:
-            under = 0 if o else under + 1
-            if under >= REARM:
-                armed = True
-            continue
-        if o:
-            run += 1
-            if run == 1:
-                first = i
-            if run >= MIN_FRAMES:
-                out.append((first, i))
-                armed, under, run = False, 0, 0
-        else:
-            run = 0
+    disarmed_until_gap = False
+    last_end = 0
+    for a, b in zip(np.nonzero(d == 1)[0], np.nonzero(d == -1)[0]):
+        if disarmed_until_gap:
+            if a - last_end >= REARM:
+                disarmed_until_gap = False
+            else:
+                last_end = b
+                continue
+        if b - a >= k:
+            out.append((int(a), int(a + k - 1)))
+            disarmed_until_gap, last_end = True, b
     return out
 
 
@@ -114,87 +118,138 @@ def load_wavs(d):
     return out
 
 
-def main():
-    src, dst = sys.argv[1], sys.argv[2]
-    h, a = read_model(src)
+def _cached(key, name, compute):
+    path = os.path.join(CACHE, "calibrate", f"{key}-{name}.pkl")
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    out = compute()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "wb") as f:
+        pickle.dump(out, f)
+    os.replace(path + ".tmp", path)
+    return out
+
+
+def measure_model(path):
+    """Every rule's table of (threshold, false wakes per hour, detection per room,
+    offsets, dev clips fired) on the dev recordings, the hours of negatives and clips,
+    and the number of phrases. Scores and tables are cached per model file and dev set,
+    so candidates can be measured as training writes them."""
+    h, a = read_model(path)
+    dev_files = sorted(glob.glob(os.path.join(CACHE, "eval-dev", "*", "*.wav")))
+    key = hashlib.sha1(open(path, "rb").read() + repr(dev_files).encode()).hexdigest()[:16]
+    pos, negs, clips = _cached(key, "scores", lambda: dev_scores(h, a))
+    hours = sum(len(s) for s in negs) * HOP / SR / 3600
+    clip_hours = len(clips) * 2.4 / 3600
+    rule = hashlib.sha1(repr((THRESHOLDS.tolist(), REARM)).encode()).hexdigest()[:8]
+    tables = {k: _cached(key, f"rule{k}-{rule}", lambda: rule_table(pos, negs, clips, hours, k))
+              for k in RULES}
+    return h, a, tables, hours, clip_hours, len(pos)
+
+
+def dev_scores(h, a):
+    """Scores of the dev phrases (room, scores, true phrase end), of the dev negatives,
+    and of the dev clips' negatives (2.4 s each, a third of them confusable phrases:
+    "hey strawberries", "say strawberry"; for the low point)."""
     dev = os.path.join(CACHE, "eval-dev")
     pos = []
     for cond in ("quiet", "reverb", "noise10", "babble5"):
-        pos += [(cond, p, x, e) for p, x, e in load_wavs(os.path.join(dev, cond))]
-    negs = load_wavs(os.path.join(dev, "negative"))
-    neg_scores = [scores_of(h, a, x) for _, x, _ in negs]
-    neg_hours = sum(len(x) for _, x, _ in negs) / SR / 3600
-    # The dev clips' negatives (2.4 s each) are a third confusable phrases ("hey
-    # strawberries", "say strawberry"): counted only with WAKE_CALIBRATE_CLIPS=1, since
-    # the operating points are about ordinary speech, music and noise.
-    clip_neg = []
-    for f in sorted(glob.glob(os.path.join(CACHE, "feat", "dev-*.npz"))) * (
-            os.environ.get("WAKE_CALIBRATE_CLIPS") == "1"):
+        pos += [(cond, scores_of(h, a, x), e) for _, x, e in load_wavs(os.path.join(dev, cond))]
+    negs = [scores_of(h, a, x) for _, x, _ in load_wavs(os.path.join(dev, "negative"))]
+    shrink = 2 + 2 * sum(h["dilations"])
+    pad = np.repeat(a["mean"][None, :], shrink, axis=0)
+    clips = []
+    for f in sorted(glob.glob(os.path.join(CACHE, "feat", "dev-*.npz"))):
         z = np.load(f)
         for feats, y in zip(z["x"], z["y"]):
             if y < 0:
-                clip_neg.append(feats.astype(np.float32))
-    shrink = 2 + 2 * sum(h["dilations"])
-    for feats in clip_neg:
-        pad = np.repeat(a["mean"][None, :], shrink, axis=0)
-        neg_scores.append(1 / (1 + np.exp(-logits(h, a, np.concatenate([pad, feats])))))
-    neg_hours += len(clip_neg) * 2.4 / 3600
-    pos_scores = [(c, scores_of(h, a, x), e) for c, p, x, e in pos]
-    print(f"dev: {len(pos)} phrases, {neg_hours:.2f} h of negatives", flush=True)
+                lg = logits(h, a, np.concatenate([pad, feats.astype(np.float32)]))
+                clips.append(1 / (1 + np.exp(-lg)))
+    return pos, negs, np.stack(clips)
 
-    def measure(th):
-        fa = sum(len(events(s, th)) for s in neg_scores)
+
+def rule_table(pos, negs, clips, hours, k):
+    # A clip fires (at least once) at a threshold up to its best k-frame run's lowest
+    # score.
+    runs = np.min(np.stack([clips[:, i:clips.shape[1] - k + 1 + i] for i in range(k)]), axis=0)
+    clip_peak = runs.max(axis=1)
+    table = []
+    for th in THRESHOLDS:
+        fa = sum(len(events(s, th, k)) for s in negs)
+        fa_clips = int((clip_peak >= th).sum())
         hits, offsets = {}, []
-        for c, s, e in pos_scores:
-            ev = events(s, th)
+        for c, s, e in pos:
             # Window-end time of frame t: (t*HOP + WIN) / SR.
-            ok = [(f, i) for f, i in ev if -0.3 <= (f * HOP + WIN) / SR - e <= 1.0]
+            ok = [(f, i) for f, i in events(s, th, k) if -0.3 <= (f * HOP + WIN) / SR - e <= 1.0]
             hits.setdefault(c, []).append(bool(ok))
             if ok:
                 offsets.append((ok[0][0] * HOP + WIN) / SR - e)
-        return fa / neg_hours, {c: float(np.mean(v)) for c, v in hits.items()}, offsets
+        table.append((float(th), fa / hours, {c: float(np.mean(v)) for c, v in hits.items()},
+                      offsets, fa_clips))
+    return table
 
-    table = []
-    for th in np.concatenate([np.arange(0.30, 0.95, 0.025), np.arange(0.95, 0.999, 0.005)]):
-        fa, rec, off = measure(float(th))
-        table.append((float(th), fa, rec, off))
-        print(f"th {th:.3f} fa/h {fa:.2f} recall {rec}", flush=True)
 
-    def lowest(max_fa, fallback):
-        """The lowest threshold with at most `max_fa` false wakes an hour; a model that
-        never gets there gets `fallback` (the header says which were reached)."""
-        ok = [t for t in table if t[1] <= max_fa]
-        if ok:
-            return ok[0], True
-        return min(table, key=lambda t: abs(t[0] - fallback)), False
+def points(table):
+    """The operating points of one rule's table: high, at most one false wake an hour of
+    dev speech, music and noise; medium, none in those hours; low, none there either and
+    at most half as many of the dev clips (a third of them confusable phrases such as
+    "hey strawberries") firing as at medium. Each is the lowest such threshold; when no
+    threshold gets there, the highest tried (the header says which were reached)."""
+    def lowest(ok):
+        rows = [t for t in table if ok(t)]
+        return (rows[0], True) if rows else (table[-1], False)
+    medium = lowest(lambda t: t[1] == 0)
+    return {"high": lowest(lambda t: t[1] <= 1.0),
+            "medium": medium,
+            "low": lowest(lambda t: t[1] == 0 and t[4] <= medium[0][4] // 2)}
 
-    # At most 2 false wakes in the dev negatives, at most 1, none.
-    (high, high_ok) = lowest(2.0 / neg_hours, 0.98)
-    (medium, medium_ok) = lowest(1.0 / neg_hours, 0.99)
-    (low, low_ok) = lowest(0.0, 0.995)
-    low_th = low[0]
-    offsets = medium[3] or [0.1]
+
+def main():
+    if sys.argv[1] == "--measure":  # only fill the cache
+        for path in sys.argv[2:]:
+            measure_model(path)
+            print(f"measured {path}", flush=True)
+        return
+    dst, check, candidates = sys.argv[1], sys.argv[2], sys.argv[3:]
+    best = None
+    for path in candidates:
+        h, a, tables, hours, clip_hours, n_pos = measure_model(path)
+        for k, table in tables.items():
+            pts = points(table)
+            rec = pts["medium"][0][2]
+            score = float(np.mean(list(rec.values()))) if pts["medium"][1] else -1.0
+            print(f"{os.path.basename(path)} min_frames {k}: medium th {pts['medium'][0][0]:.4f} "
+                  f"(reached {pts['medium'][1]}) dev detection {rec} mean {score:.3f}; high "
+                  f"{pts['high'][0][0]:.4f} {pts['high'][0][2]}", flush=True)
+            if best is None or score > best[0]:
+                best = (score, path, h, a, k, pts, hours, clip_hours, n_pos)
+    score, path, h, a, k, pts, hours, clip_hours, n_pos = best
+    print(f"dev: {n_pos} phrases, {hours:.2f} h of negatives, {clip_hours:.2f} h of clips; "
+          f"chose {os.path.basename(path)} with min_frames {k}", flush=True)
+    offsets = pts["medium"][0][3] or [0.1]
     phrase = [len(np.load(f)) / SR for f in glob.glob(os.path.join(CACHE, "tts", "train", "phrase", "*.npy"))
               if not f.endswith(".tmp.npy")]
-    h["operating_points"] = {"low": round(low_th, 4), "medium": round(medium[0], 4),
-                             "high": round(high[0], 4)}
+    h["operating_points"] = {name: round(pts[name][0][0], 5) for name in ("low", "medium", "high")}
+    h["min_frames"] = k
     h["end_offset_ms"] = int(round(max(0.0, float(np.median(offsets))) * 1000))
     h["phrase_ms"] = int(round(float(np.median(phrase)) * 1000))
     h["calibration"] = {
-        "dev_negative_hours": round(neg_hours, 2),
-        "dev_phrases": len(pos),
-        "targets_reached": {"high": high_ok, "medium": medium_ok, "low": low_ok},
-        "points": {name: {"threshold": round(t[0], 4), "false_wakes_per_hour": round(t[1], 3),
-                          "recall": {k: round(v, 3) for k, v in t[2].items()}}
-                   for name, t in (("high", high), ("medium", medium), ("low", low))},
+        "model": os.path.basename(path),
+        "dev_negative_hours": round(hours, 2),
+        "dev_clip_hours": round(clip_hours, 2),
+        "dev_phrases": n_pos,
+        "targets_reached": {name: pts[name][1] for name in pts},
+        "points": {name: {"threshold": round(t[0], 5), "false_wakes_per_hour": round(t[1], 3),
+                          "false_wakes_in_clips": t[4],
+                          "recall": {c: round(v, 3) for c, v in t[2].items()}}
+                   for name, (t, _) in pts.items()},
     }
     write_model(dst, h, a)
     print(json.dumps(h["calibration"], indent=1))
-    print(f"wrote {dst}: points {h['operating_points']}, end offset {h['end_offset_ms']} ms, "
-          f"phrase {h['phrase_ms']} ms")
-
-    if len(sys.argv) > 3:
-        export_check(h, a, sys.argv[3])
+    print(f"wrote {dst}: points {h['operating_points']}, min_frames {k}, end offset "
+          f"{h['end_offset_ms']} ms, phrase {h['phrase_ms']} ms")
+    export_check(h, a, check)
 
 
 def export_check(h, a, out):

@@ -323,14 +323,22 @@ def rms_active(x):
     return float(np.sqrt(top.mean()) + 1e-9)
 
 
-def room(y, rng, paras):
-    """Reverberation, then a background at a random SNR (or none), then the microphone."""
+def room(y, rng, paras, noisy=False):
+    """Reverberation, then a background at a random SNR (or none), then the microphone.
+    `noisy`: always a background, mostly other people talking (babble, a TV) at low SNR,
+    the rooms the first recipe left the model weakest in."""
     r = rng.random()
     if r < 0.25:
         y = sox_reverb(y, rng)
     elif r < 0.55:
         y = fftconvolve(y, room_ir(rng))[: len(y)].astype(np.float32)
-    if rng.random() < 0.75:
+    if noisy:
+        kind = rng.choice(["babble", "tv", "music", "white", "pink", "brown"],
+                          p=[0.55, 0.15, 0.1, 0.05, 0.08, 0.07])
+        snr = rng.uniform(-3, 12) if kind in ("babble", "tv") else rng.uniform(0, 15)
+        b = background(rng, len(y), paras, kind=str(kind))
+        y = y + b * rms_active(y) / 10 ** (snr / 20)
+    elif rng.random() < 0.75:
         snr = rng.uniform(-2, 25)
         b = background(rng, len(y), paras)
         y = y + b * rms_active(y) / 10 ** (snr / 20)
@@ -409,17 +417,20 @@ def shard_job(job):
     path = os.path.join(CACHE, "feat", f"{split}-{k:03d}.npz")
     if os.path.exists(path):
         return
-    d = _data(split)
-    rng = np.random.default_rng(1000 + k + (0 if split == "train" else 500_000))
+    # "noisy": training voices, half of them saying the phrase, always over a background
+    # (the second round's extra clips, see room()).
+    noisy = split == "noisy"
+    d = _data("train" if noisy else split)
+    rng = np.random.default_rng(1000 + k + {"train": 0, "dev": 500_000, "noisy": 2_000_000}[split])
     X, Y = [], []
     for i in range(SHARD):
-        if i % 3 == 0:
+        if i % (2 if noisy else 3) == 0:
             x, end = make_positive(rng, d["phrase"], d["command"], d["para"], d["confusable"])
             y = int(round(end / common.HOP))
         else:
             x = make_negative(rng, d["para"], d["confusable"], d["phrase"])
             y = -1
-        x = room(x, rng, d["para"])
+        x = room(x, rng, d["para"], noisy)
         X.append(common.features(x).astype(np.float16))
         Y.append(y)
     tmp = path + ".tmp.npz"
@@ -433,6 +444,12 @@ def stage_feat(workers, train_shards, dev_shards):
     jobs = [("dev", k) for k in range(dev_shards)] + [("train", k) for k in range(train_shards)]
     with Pool(workers) as pool:
         list(pool.imap_unordered(shard_job, jobs))
+
+
+def stage_feat_noisy(workers, shards):
+    os.makedirs(os.path.join(CACHE, "feat"), exist_ok=True)
+    with Pool(workers) as pool:
+        list(pool.imap_unordered(shard_job, [("noisy", k) for k in range(shards)]))
 
 
 # ------------------------------------------------------------ stage 3: the test set
@@ -548,8 +565,11 @@ def stage_eval(workers, split="test"):
             for ci, cmd in enumerate(texts.TRAIN_COMMANDS[:8]):
                 name = f"{voice[0]}_{voice[1]}_{voice[2] or 'default'}_{ci:02d}"
                 jobs.append(("phrase", vi * 100 + ci, voice, (name, cmd, 0), split))
-        for i in range(8):
-            jobs.append(("speech" if i < 6 else "tv", i, voices[i], None, split))
+        # 2 hours of negatives: 16 x 5 min speech, 6 x 5 min speech over music, 2 x 5 min
+        # noise and music alone.
+        for i in range(24):
+            kind = "speech" if i < 6 or 8 <= i < 18 else "tv" if i < 8 or i < 22 else "noise"
+            jobs.append((kind, i, voices[i % len(voices)], None, split))
         with Pool(workers) as pool:
             list(pool.imap_unordered(eval_job, jobs))
         return
@@ -588,6 +608,9 @@ if __name__ == "__main__":
     if stage in ("feat", "all"):
         stage_feat(workers, int(os.environ.get("WAKE_TRAIN_SHARDS", "150")),
                    int(os.environ.get("WAKE_DEV_SHARDS", "10")))
-    if stage in ("eval", "all"):
+    if stage in ("noisy", "all"):
+        stage_feat_noisy(workers, int(os.environ.get("WAKE_NOISY_SHARDS", "30")))
+    if stage in ("eval-dev", "eval", "all"):
         stage_eval(workers, "dev")
+    if stage in ("eval", "all"):
         stage_eval(workers, "test")

@@ -7,6 +7,9 @@ clips. Only training voices and training text are used: the dev and test splits 
 unseen.
 
 Usage: mine.py (after train.py); WAKE_PARAS sets how many paragraphs exist (gen.py).
+A later round: mine.py ROUND MODEL.wake [FIRST] mines with that model, in other rooms
+(the seed depends on ROUND), into CACHE/feat/mineROUND-NNN.npz, from paragraph FIRST on
+(default 500; a larger one mines only paragraphs the earlier rounds never heard).
 """
 
 import os
@@ -45,17 +48,26 @@ def forward(p, x):
 
 
 def main():
-    p = params()
-    mean, std = norm()
-    paras = gen.load_kind("train", "para", 500)
+    if len(sys.argv) > 2:
+        import calibrate
+        rnd = int(sys.argv[1])
+        _, p = calibrate.read_model(sys.argv[2])
+        mean, std = p["mean"], p["std"]
+        prefix = f"mine{rnd}"
+    else:
+        rnd, p = 1, params()
+        mean, std = norm()
+        prefix = "mine"
+    first = int(sys.argv[3]) if len(sys.argv) > 3 else 500
+    paras = gen.load_kind("train", "para", first)
     babble_src = gen.load_kind("train", "para", 0, 500)
     print(f"mining {len(paras)} paragraphs", flush=True)
     os.makedirs(os.path.join(CACHE, "feat"), exist_ok=True)
     for g in range(0, len(paras), GROUP):
-        path = os.path.join(CACHE, "feat", f"mine-{g // GROUP:03d}.npz")
+        path = os.path.join(CACHE, "feat", f"{prefix}-{(first - 500 + g) // GROUP:03d}.npz")
         if os.path.exists(path):
             continue
-        rng = np.random.default_rng(9_000 + g)
+        rng = np.random.default_rng(9_000 + first - 500 + g + (rnd - 1) * 1_000_000)
         parts = []
         for x, _ in paras[g:g + GROUP]:
             parts += [x, np.zeros(int(SR * rng.uniform(0.1, 1.5)), np.float32)]

@@ -11,18 +11,29 @@
 # pulls gigabytes of CUDA libraries, so it is not used). Nothing else is downloaded.
 #
 # Time on the 2-core development machine, shared with other engineers' builds and tests
-# (load 4-7), everything under `nice -n 19` (2026-11-26):
+# (load 4-8), everything under `nice -n 19` (2026-11-26):
 #   gen.py tts     ~5 min   8,790 utterances of 2,976 voices (espeak-ng, espeak, flite)
 #   gen.py feat   ~18 min   52,000 2.4 s clips with rooms and noise -> log-mel features
-#   gen.py eval    ~9 min   the held-out test set and its dev twin (WAV files)
+#   gen.py noisy   ~6 min   12,000 more clips, always over a background, mostly babble
+#                           and TV at -3 to 12 dB SNR
+#   gen.py eval   ~11 min   the held-out test set and its dev twin (WAV files; dev: 2 h
+#                           of negatives)
 #   train.py      ~25 min   10 epochs, 90-300 s each depending on the load
 #   gen.py tts    ~10 min   (WAKE_PARAS=1700) 1,200 more paragraphs for mining
 #   mine.py        ~5 min   hard negatives from ~10 h of new speech in rooms
 #   train.py      ~10 min   (WAKE_FINETUNE=1) 3 of 4 fine-tuning epochs ran; the 4th
 #                           starved under load and was stopped, and export_state.py wrote
 #                           the model from epoch 3
-#   calibrate.py   ~2 min
-# About 1 h 25 min in all. Everything is cached under $WAKE_CACHE (default
+#   gen.py tts     ~3 min   (WAKE_PARAS=2300) 600 more paragraphs
+#   mine.py 2      ~9 min   round 2's hard negatives, with round 1's model, from the ~5 h
+#                           of paragraphs no round heard (stopped at 9 minutes under load
+#                           after 59 of 60 groups; 33 groups of round 1's paragraphs in
+#                           other rooms were mined too, by an earlier start)
+#   train.py      ~24 min   (WAKE_FINETUNE=2) 4 epochs over 74,000 clips, 220-470 s each
+#   calibrate.py  ~15 min   measures round 1's model and each round-2 epoch on the dev
+#                           recordings (~3 min each; cached, so it can run as epochs
+#                           finish), keeps the best with its persistence rule
+# About 2 h 25 min in all. Everything is cached under $WAKE_CACHE (default
 # ~/.cache/strawberry/wake/neural); a rerun skips what exists, and training resumes
 # from its last finished epoch. Delete the cache directory to start from nothing.
 #
@@ -38,5 +49,8 @@ nice -n 19 python3 train.py
 WAKE_PARAS=1700 nice -n 19 python3 gen.py tts
 nice -n 19 python3 mine.py
 WAKE_FINETUNE=1 nice -n 19 python3 train.py
-nice -n 19 python3 calibrate.py "$cache/train/hey_strawberry-c64-ft.wake" \
-  "$repo/src/wake/hey_strawberry.wake" "$repo/tests/wake/neural-check"
+WAKE_PARAS=2300 nice -n 19 python3 gen.py tts
+nice -n 19 python3 mine.py 2 "$cache/train/hey_strawberry-c64-ft.wake" 1700
+WAKE_FINETUNE=2 nice -n 19 python3 train.py
+nice -n 19 python3 calibrate.py "$repo/src/wake/hey_strawberry.wake" "$repo/tests/wake/neural-check" \
+  "$cache/train/hey_strawberry-c64-ft.wake" "$cache"/train/hey_strawberry-c64-ft2-e*.wake

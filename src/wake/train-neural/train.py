@@ -185,12 +185,20 @@ def export(p, mean, std, path, meta):
     os.replace(tmp, path)
 
 
-# The second round (WAKE_FINETUNE=1): from the first round's weights, with mine.py's
-# hard negatives added, at a lower learning rate.
-FINETUNE = os.environ.get("WAKE_FINETUNE") == "1"
+# Fine-tuning rounds, at a lower learning rate. WAKE_FINETUNE=1: from the first round's
+# weights, with mine.py's hard negatives added. WAKE_FINETUNE=2: from round 1's last
+# epoch, adding the second mining round's negatives (mine.py 2) and gen.py's noisy clips
+# (babble and TV at low SNR); every epoch is also written as a model file, for
+# calibrate.py to choose among on the dev recordings.
+FINETUNE = os.environ.get("WAKE_FINETUNE", "")
+ROUNDS = {"1": ("ft", f"state-c{C}.npz", ["mine"], 4, 5e-4),
+          "2": ("ft2", f"state-c{C}-ft.npz", ["mine", "mine2", "noisy"], 4, 7e-4)}
 if FINETUNE:
-    EPOCHS = int(os.environ.get("WAKE_EPOCHS", "4"))
-    LR = 5e-4
+    TAG, FROM, EXTRA, EPOCHS, LR = ROUNDS[FINETUNE]
+    TAG = "-" + TAG
+    EPOCHS = int(os.environ.get("WAKE_EPOCHS", str(EPOCHS)))
+else:
+    TAG, FROM, EXTRA = "", None, []
 
 
 def main():
@@ -200,23 +208,23 @@ def main():
     sample = X[:: max(1, len(X) // 4000)].astype(np.float32).reshape(-1, NMELS)
     mean = sample.mean(axis=0).astype(np.float32)
     std = (sample.std(axis=0) + 1e-3).astype(np.float32)
-    if FINETUNE:
-        Xm, ym = load("mine")
+    for extra in EXTRA:
+        Xm, ym = load(extra)
         X, y = np.concatenate([X, Xm]), np.concatenate([y, ym])
     print(f"train {len(X)} clips ({(y >= 0).sum()} positive), dev {len(Xd)}", flush=True)
     T = targets(y, X.shape[1])
     rng = np.random.default_rng(0)
     p = init(rng)
     ck = os.path.join(CACHE, "train")
-    if FINETUNE:
-        d = np.load(os.path.join(ck, f"state-c{C}.npz"))
+    if FROM:
+        d = np.load(os.path.join(ck, FROM))
         p = {n: jnp.asarray(d["p_" + n]) for n in p}
     m = {k: jnp.zeros_like(a) for k, a in p.items()}
     v = {k: jnp.zeros_like(a) for k, a in p.items()}
     os.makedirs(ck, exist_ok=True)
     best, best_p, k = -1.0, p, 0
     start_epoch = 0
-    state = os.path.join(ck, f"state-c{C}{'-ft' if FINETUNE else ''}.npz")
+    state = os.path.join(ck, f"state-c{C}{TAG}.npz")
     if os.path.exists(state):  # resume
         d = np.load(state, allow_pickle=True)
         p = {n: jnp.asarray(d["p_" + n]) for n in p}
@@ -253,8 +261,10 @@ def main():
                  **{"v_" + n: np.asarray(a) for n, a in v.items()},
                  **{"b_" + n: np.asarray(a) for n, a in best_p.items()})
         os.replace(state + ".tmp.npz", state)
-    out = os.environ.get("WAKE_MODEL_OUT", os.path.join(
-        ck, f"hey_strawberry-c{C}{'-ft' if FINETUNE else ''}.wake"))
+        if FINETUNE == "2":
+            export(p, mean, std, os.path.join(ck, f"hey_strawberry-c{C}{TAG}-e{epoch + 1}.wake"),
+                   {"name": "hey strawberry", "epoch": epoch + 1})
+    out = os.environ.get("WAKE_MODEL_OUT", os.path.join(ck, f"hey_strawberry-c{C}{TAG}.wake"))
     export(best_p, mean, std, out, {"name": "hey strawberry", "dev": dev_metrics(best_p, Xd, yd, mean, std)})
     print(f"wrote {out}", flush=True)
 
