@@ -450,6 +450,7 @@ impl Canceller {
             EchoHealth::ReferenceLost { buffers: lost }
         } else if locked {
             self.locked = true;
+            self.audible_ms = 0;
             EchoHealth::Cancelling {
                 delay_ms: delay_ms.unwrap_or(0),
             }

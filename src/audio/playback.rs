@@ -89,9 +89,7 @@ impl Player {
             thread: Some(thread),
         })
     }
-}
 
-impl Player {
     /// From now on, everything this player writes to the speaker (silence included) is
     /// also handed to `reference`, the echo canceller's. Only the first call counts.
     pub fn feed_echo(&self, reference: Reference) {
