@@ -10,7 +10,8 @@
 //! canceller's reference as a speaker callback would, and heard after `DELAY` ms through
 //! a reverberant tail, attenuated, with noise; the wake phrase recordings of
 //! `tests/setup.sh` (other voices) are said 2.5 s into the reply (the canceller still
-//! finding the echo) or 8 s in (found), 10 dB below the echo.
+//! finding the echo) or 8 s in (found), 10 dB below the echo. Both bundled wake words
+//! listen: the reference word at its default sensitivity and the neural word at `high`.
 //!
 //! `cargo bench --bench echo --features webrtc-aec` (after `tests/setup.sh` and, for the
 //! C++ peer, `packaging/webrtc-deps.sh`); without the feature, sonora alone. Under
@@ -26,7 +27,7 @@ use room::{echo_of, noise, play_and_cancel};
 use strawberry_spoke::audio::echo::{self, Engine, Extras};
 use strawberry_spoke::audio::wav::read_wav_16k;
 use strawberry_spoke::audio::{FRAME_SAMPLES, SAMPLE_RATE};
-use strawberry_spoke::wake::{Detector, Settings, WakeWord};
+use strawberry_spoke::wake::{Detector, Sensitivity, Settings, WakeWord};
 
 const SR: usize = SAMPLE_RATE as usize;
 
@@ -49,7 +50,23 @@ fn main() {
         .filter(|p| p.extension().is_some_and(|e| e == "wav"))
         .collect();
     phrases.sort();
-    let word = WakeWord::bundled_reference().expect("the bundled word");
+    // Both bundled words: the residual echo is speech-like, which the neural word was
+    // trained to ignore (babble) and the reference word was not.
+    let words = [
+        (
+            "reference",
+            WakeWord::bundled_reference().expect("the bundled reference word"),
+            Settings::default(),
+        ),
+        (
+            "neural, high",
+            WakeWord::bundled_neural().expect("the bundled neural word"),
+            Settings {
+                sensitivity: Sensitivity::High,
+                ..Settings::default()
+            },
+        ),
+    ];
 
     let none = Extras::default();
     let ns = Extras {
@@ -68,9 +85,9 @@ fn main() {
         (Engine::Sonora, ns_agc),
     ];
     println!(
-        "| phrase said | delay | echo gain | AEC3 | ERLE dB | delay found (ms) | wake phrase during the reply found, off | on | reply alone woke it, off | on | CPU per 10 ms block |"
+        "| phrase said | delay | echo gain | AEC3 | ERLE dB | delay found (ms) | wake word | wake phrase during the reply found, off | on | reply alone woke it, off | on | CPU per 10 ms block |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let cases = [
         (2_500, 30, 0.6),
         (2_500, 80, 0.6),
@@ -84,12 +101,12 @@ fn main() {
         .into_iter()
         .flat_map(|case| engines.map(|engine| (case, engine)))
     {
-        let mut found = [0usize; 2];
+        let mut found = [[0usize; 2]; 2];
         let mut erle = Vec::new();
         let mut delays = Vec::new();
         let mut cpu = Duration::ZERO;
         let mut blocks = 0u32;
-        let mut self_wakes = [0usize; 2];
+        let mut self_wakes = [[0usize; 2]; 2];
         for (n, phrase) in phrases.iter().enumerate() {
             let person = read(phrase);
             let scene = Scene::new(&reply, &person, at_ms, delay_ms, echo_gain, n as u64);
@@ -98,49 +115,55 @@ fn main() {
             blocks += (scene.mic.len() / (SR / 100)) as u32;
             delays.push(stats.delay_ms.unwrap_or(0));
             erle.push(scene.erle(&out));
-            for (i, audio) in [&scene.mic, &out].into_iter().enumerate() {
-                let at = scene.person_at;
-                let hits = detect(&word, audio);
-                if hits
-                    .iter()
-                    .any(|&end| end > at && end < at + person.len() + SR / 2)
-                {
-                    found[i] += 1;
+            for ((_, word, settings), found) in words.iter().zip(&mut found) {
+                for (i, audio) in [&scene.mic, &out].into_iter().enumerate() {
+                    let at = scene.person_at;
+                    let hits = detect(word, settings, audio);
+                    if hits
+                        .iter()
+                        .any(|&end| end > at && end < at + person.len() + SR / 2)
+                    {
+                        found[i] += 1;
+                    }
                 }
             }
             // The reply alone, no person: does it wake the spoke?
             if n == 0 {
                 let quiet = Scene::new(&reply, &[], at_ms, delay_ms, echo_gain, 99);
                 let (out, _, _) = quiet.cancel(engine);
-                for (i, audio) in [&quiet.mic, &out].into_iter().enumerate() {
-                    self_wakes[i] += detect(&word, audio).len();
+                for ((_, word, settings), woke) in words.iter().zip(&mut self_wakes) {
+                    for (i, audio) in [&quiet.mic, &out].into_iter().enumerate() {
+                        woke[i] += detect(word, settings, audio).len();
+                    }
                 }
             }
         }
         erle.sort_by(f64::total_cmp);
         delays.sort();
-        println!(
-            "| {:.1} s into the reply | {delay_ms} ms | {:.0} dB | {} | {:.1} (median of {}) | {} (median) | {}/{} | {}/{} | {} | {} | {:.0} µs |",
-            at_ms as f64 / 1000.0,
-            20.0 * f64::from(echo_gain).log10(),
-            match engine {
-                (Engine::Sonora, e) if e == none => "sonora (Rust)",
-                (Engine::Sonora, e) if e == ns => "sonora + noise suppression",
-                (Engine::Sonora, _) => "sonora + noise suppression + AGC2",
-                #[cfg(feature = "webrtc-aec")]
-                (Engine::WebRtc, _) => "WebRTC (C++)",
-            },
-            erle[erle.len() / 2],
-            erle.len(),
-            delays[delays.len() / 2],
-            found[0],
-            phrases.len(),
-            found[1],
-            phrases.len(),
-            self_wakes[0],
-            self_wakes[1],
-            cpu.as_secs_f64() * 1e6 / f64::from(blocks),
-        );
+        let engine_name = match engine {
+            (Engine::Sonora, e) if e == none => "sonora (Rust)",
+            (Engine::Sonora, e) if e == ns => "sonora + noise suppression",
+            (Engine::Sonora, _) => "sonora + noise suppression + AGC2",
+            #[cfg(feature = "webrtc-aec")]
+            (Engine::WebRtc, _) => "WebRTC (C++)",
+        };
+        for (((word, _, _), found), woke) in words.iter().zip(found).zip(self_wakes) {
+            println!(
+                "| {:.1} s into the reply | {delay_ms} ms | {:.0} dB | {engine_name} | {:.1} (median of {}) | {} (median) | {word} | {}/{} | {}/{} | {} | {} | {:.0} µs |",
+                at_ms as f64 / 1000.0,
+                20.0 * f64::from(echo_gain).log10(),
+                erle[erle.len() / 2],
+                erle.len(),
+                delays[delays.len() / 2],
+                found[0],
+                phrases.len(),
+                found[1],
+                phrases.len(),
+                woke[0],
+                woke[1],
+                cpu.as_secs_f64() * 1e6 / f64::from(blocks),
+            );
+        }
     }
 }
 
@@ -151,8 +174,8 @@ fn read(path: &Path) -> Vec<f32> {
 }
 
 /// Where the wake word fired, as sample positions.
-fn detect(word: &WakeWord, audio: &[f32]) -> Vec<usize> {
-    let mut detector = Detector::with_word(&Settings::default(), word).expect("detector");
+fn detect(word: &WakeWord, settings: &Settings, audio: &[f32]) -> Vec<usize> {
+    let mut detector = Detector::with_word(settings, word).expect("detector");
     let mut ends = Vec::new();
     for chunk in audio.chunks(FRAME_SAMPLES) {
         if !detector.process(chunk).is_empty() {

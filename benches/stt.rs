@@ -16,12 +16,15 @@
 //! A second part (`heldout`) runs the spoke as a new user would against faster-whisper
 //! with its default settings, on voices of other synthesizers (flite, festival) that no
 //! test uses, quiet and in rooms: word errors, transcript length against what was said,
-//! and each command's time ([`heldout`]).
+//! and each command's time ([`heldout`]). In the quiet room the spoke also decodes with a
+//! beam of 5 (`stt.beam_size`, faster-whisper's default), for what a beam costs and gives.
 //!
 //! `cargo bench --bench stt` (after `tests/setup.sh`); `-- models` or `-- heldout` runs
 //! one part. faster-whisper is installed from
 //! PyPI into `target/stt-test/fw-venv` on first use. `STT_BENCH_THREADS` (default 2) and
-//! `STT_BENCH_REPS` (default 3) change the thread count and passes over the sets.
+//! `STT_BENCH_REPS` (default 3) change the thread count and passes over the sets;
+//! `STT_BENCH_TIMEOUT_MS` (default: `stt.timeout_ms`'s) the spoke's limit per command,
+//! so that on a loaded machine the words measured are not cut short by the time.
 //! Under `cargo test` this target only checks that it was built.
 
 #[path = "../tests/support/mod.rs"]
@@ -31,10 +34,10 @@ mod support;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use strawberry_spoke::stt::{Settings, Transcriber, audio};
+use strawberry_spoke::stt::{DEFAULT_BEAM_SIZE, Settings, Transcriber, audio};
 use stt::{
     Clip, base_model, cache_dir, clips, clips_in, ct2_dir, ggml_model, lang_clips, word_error_rate,
 };
@@ -43,6 +46,13 @@ use support::stt;
 
 /// English voices no test uses, for the accuracy docs/voice-loop.md gives for unseen voices.
 const UNSEEN_VOICES: [&str; 4] = ["en-029", "en-gb-scotland+m2", "en-us+f4", "en-gb-x-gbcwmd"];
+
+/// `stt.beam_size` for greedy decoding, as the `models` part compares it with
+/// faster-whisper's greedy decoding.
+const GREEDY: usize = 1;
+
+/// `stt.beam_size` for the held-out rows with a beam: faster-whisper's default.
+const BEAM: usize = 5;
 
 /// The household's languages for the `auto` rows.
 const HOUSEHOLD: [&str; 4] = ["en", "de", "fr", "es"];
@@ -162,17 +172,18 @@ fn models(python: &Path, threads: usize, reps: usize) {
         for quantize in ["q8_0", "f16"] {
             if english(set) {
                 let model = ggml_model(quantize);
-                let run = spoke(&model, "en", &[], threads, reps, clips);
+                let run = spoke(&model, "en", &[], GREEDY, threads, reps, clips);
                 add(format!("spoke tiny.en {quantize}"), set, run);
             }
             let model = base_model(quantize);
-            let run = spoke(&model, language, &[], threads, reps, clips);
+            let run = spoke(&model, language, &[], GREEDY, threads, reps, clips);
             add(format!("spoke base {quantize}"), set, run);
         }
         let run = spoke(
             &base_model("q8_0"),
             "auto",
             &HOUSEHOLD,
+            GREEDY,
             threads,
             reps,
             clips,
@@ -322,14 +333,20 @@ fn spoke(
     model: &Path,
     language: &str,
     languages: &[&str],
+    beam: usize,
     threads: usize,
     reps: usize,
     clips: &[Clip],
 ) -> Run {
+    let timeout_ms = std::env::var("STT_BENCH_TIMEOUT_MS")
+        .ok()
+        .and_then(|t| t.parse::<u64>().ok());
     let job = json!({
         "model": model,
         "language": language,
         "languages": languages,
+        "beam": beam,
+        "timeout_ms": timeout_ms,
         "threads": threads,
         "reps": reps,
         "wavs": clips.iter().map(|c| &c.wav).collect::<Vec<_>>(),
@@ -359,7 +376,11 @@ fn child(job: &str) {
             .iter()
             .filter_map(|l| l.as_str().map(str::to_string))
             .collect(),
-        timeout: strawberry_spoke::stt::DEFAULT_TIMEOUT,
+        timeout: job["timeout_ms"].as_u64().map_or(
+            strawberry_spoke::stt::DEFAULT_TIMEOUT,
+            Duration::from_millis,
+        ),
+        beam_size: job["beam"].as_u64().expect("beam") as usize,
     })
     .unwrap_or_else(|e| panic!("{e}"));
     let audios: Vec<Vec<f32>> = job["wavs"]
@@ -530,21 +551,28 @@ fn heldout(python: &Path, threads: usize, reps: usize) {
             in_room(&quiet, room)
         };
         let mut rows: Vec<(String, Run)> = Vec::new();
-        rows.push((
-            "spoke base q8_0 (auto: en/de/fr/es)".into(),
+        let base = |beam| {
             spoke(
                 &base_model("q8_0"),
                 "auto",
                 &HOUSEHOLD,
+                beam,
                 threads,
                 reps,
                 &clips,
-            ),
-        ));
+            )
+        };
+        let tiny = |beam| spoke(&ggml_model("q8_0"), "en", &[], beam, threads, reps, &clips);
         rows.push((
-            "spoke tiny.en q8_0".into(),
-            spoke(&ggml_model("q8_0"), "en", &[], threads, reps, &clips),
+            "spoke base q8_0 (auto: en/de/fr/es)".into(),
+            base(DEFAULT_BEAM_SIZE),
         ));
+        rows.push(("spoke tiny.en q8_0".into(), tiny(DEFAULT_BEAM_SIZE)));
+        // What a beam costs and gives, in the quiet room.
+        if room == "quiet" {
+            rows.push(("spoke base q8_0, beam 5".into(), base(BEAM)));
+            rows.push(("spoke tiny.en q8_0, beam 5".into(), tiny(BEAM)));
+        }
         if let Some(bin) = &before {
             rows.push((
                 "spoke base q8_0 before the checks".into(),

@@ -14,6 +14,10 @@ use crate::support::stt::{
 };
 
 fn transcriber(model: &Path) -> Transcriber {
+    transcriber_with_beam(model, strawberry_spoke::stt::DEFAULT_BEAM_SIZE)
+}
+
+fn transcriber_with_beam(model: &Path, beam_size: usize) -> Transcriber {
     Transcriber::load(&Settings {
         model: model.to_path_buf(),
         threads: 1,
@@ -21,13 +25,13 @@ fn transcriber(model: &Path) -> Transcriber {
         languages: Vec::new(),
         // Accuracy, not time, is tested here: room for a busy machine.
         timeout: std::time::Duration::from_secs(600),
+        beam_size,
     })
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Transcribes every clip and checks the word error rate over the set.
-fn assert_set_wer(model: &Path, clips: &[Clip], max_wer: f64) {
-    let t = transcriber(model);
+fn assert_set_wer(t: &Transcriber, clips: &[Clip], max_wer: f64) {
     let mut results = Vec::new();
     for clip in clips {
         let (samples, _) = audio::read_wav_16k(&clip.wav).unwrap();
@@ -42,8 +46,7 @@ fn assert_set_wer(model: &Path, clips: &[Clip], max_wer: f64) {
         .map(|(r, h)| format!("  said {r:?}\n  got  {h:?}\n"))
         .collect();
     eprintln!(
-        "{}: WER {:.1}% over {} clips\n{report}",
-        model.display(),
+        "WER {:.1}% over {} clips\n{report}",
         wer * 100.0,
         clips.len()
     );
@@ -58,13 +61,21 @@ fn assert_set_wer(model: &Path, clips: &[Clip], max_wer: f64) {
 #[test]
 fn imported_q8_0_model_transcribes_the_set() {
     let _cores = cpu::heavy_blocking();
-    assert_set_wer(&ggml_model("q8_0"), &clips(), 0.10);
+    assert_set_wer(&transcriber(&ggml_model("q8_0")), &clips(), 0.10);
+}
+
+#[test]
+fn a_beam_search_transcribes_the_set_too() {
+    let _cores = cpu::heavy_blocking();
+    // Every fourth clip: all four voices, a quarter of the time (a beam costs ~2x).
+    let some: Vec<Clip> = clips().into_iter().step_by(4).collect();
+    assert_set_wer(&transcriber_with_beam(&ggml_model("q8_0"), 5), &some, 0.10);
 }
 
 #[test]
 fn imported_f16_model_transcribes_the_set() {
     let _cores = cpu::heavy_blocking();
-    assert_set_wer(&ggml_model("f16"), &clips(), 0.10);
+    assert_set_wer(&transcriber(&ggml_model("f16")), &clips(), 0.10);
 }
 
 fn spoke(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -258,6 +269,7 @@ fn a_transcription_out_of_time_stops_mid_decode_and_says_so() {
         language: "en".into(),
         languages: Vec::new(),
         timeout: Duration::from_millis(150),
+        beam_size: strawberry_spoke::stt::DEFAULT_BEAM_SIZE,
     })
     .unwrap();
     let started = Instant::now();
@@ -315,6 +327,7 @@ fn a_looping_decode_is_caught_and_the_command_said_once() {
         language: "en".into(),
         languages: Vec::new(),
         timeout: Duration::from_secs(300),
+        beam_size: strawberry_spoke::stt::DEFAULT_BEAM_SIZE,
     })
     .unwrap();
     let (samples, _) = audio::read_wav_16k(&clip.wav).unwrap();

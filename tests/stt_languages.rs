@@ -23,6 +23,7 @@ fn transcriber(model: &Path, language: &str, languages: &[&str]) -> Result<Trans
         languages: languages.iter().map(|l| l.to_string()).collect(),
         // Accuracy, not time, is tested here: room for a busy machine.
         timeout: std::time::Duration::from_secs(600),
+        beam_size: strawberry_spoke::stt::DEFAULT_BEAM_SIZE,
     })
 }
 

@@ -127,6 +127,7 @@ impl SttConfig {
             language: self.language.clone(),
             languages: self.languages.clone(),
             timeout: std::time::Duration::from_millis(self.timeout_ms),
+            beam_size: self.beam_size,
         }
     }
 }
