@@ -34,12 +34,14 @@
 #                           people talking (babble or TV at 0-6 dB SNR), training voices
 #                           and text only
 #   train.py      ~65 min   (WAKE_ROUND=3 WAKE_CHANNELS=128) a network twice as wide
-#                           (117 k weights) from scratch on all 86,000 clips: 6 epochs,
-#                           380-890 s each under load 5-10 (first started as 8 epochs,
-#                           cut to 6 after epoch 2 when the load doubled)
-#   calibrate.py  ~25 min   measures round 1's model and each round-2 and round-3 epoch
-#                           on the dev recordings (~3-6 min each; cached, so it can run
-#                           as epochs finish), keeps the best with its persistence rule
+#                           (118 k weights) from scratch on all 86,000 clips: 380-1300 s
+#                           an epoch under load 5-10. It ran 2 epochs of a planned 8, was
+#                           restarted as 6 when the load doubled, and was stopped for
+#                           time after epoch 5 (so the last, lowest-rate epoch never ran)
+#   calibrate.py  ~25 min   measures round 1's model and each round-2 epoch and round-3
+#                           epochs 4-6 on the dev recordings (~3-6 min each; cached, so it
+#                           can run as epochs finish), keeps the best with its
+#                           persistence rule
 # About 3 h 40 min in all. Everything is cached under $WAKE_CACHE (default
 # ~/.cache/strawberry/wake/neural); a rerun skips what exists, and training resumes
 # from its last finished epoch. Delete the cache directory to start from nothing.
@@ -62,4 +64,4 @@ WAKE_ROUND=2 nice -n 19 python3 train.py
 WAKE_ROUND=3 WAKE_CHANNELS=128 WAKE_EPOCHS=6 nice -n 19 python3 train.py
 nice -n 19 python3 calibrate.py "$repo/src/wake/hey_strawberry.wake" "$repo/tests/wake/neural-check" \
   "$cache/train/hey_strawberry-c64-ft.wake" "$cache"/train/hey_strawberry-c64-ft2-e*.wake \
-  "$cache"/train/hey_strawberry-c128-r3-e[3-6].wake
+  "$cache"/train/hey_strawberry-c128-r3-e[4-6].wake
