@@ -12,7 +12,7 @@
 //!
 //! `cargo bench --bench wake_eval` (WAKE_EVAL_DIR: default
 //! ~/.cache/strawberry/wake/neural/eval; WAKE_EVAL_PREVIOUS: a neural word file, e.g.
-//! the bundled one of an earlier commit, measured too at its medium point). Under
+//! the bundled one of an earlier commit, measured too at its three points). Under
 //! `cargo test` it only checks that both bundled words load.
 
 use std::path::{Path, PathBuf};
@@ -60,17 +60,23 @@ fn main() {
     }
     drop(neural);
     if let Some(path) = std::env::var_os("WAKE_EVAL_PREVIOUS") {
-        let word = WakeWord::load(Path::new(&path)).expect("WAKE_EVAL_PREVIOUS: a wake word file");
-        let settings = Settings::default();
-        let t = word.threshold(&settings);
-        setups.push((
-            format!(
-                "neural, previous model {}, sensitivity Medium (threshold {t:.3})",
-                Path::new(&path).display()
-            ),
-            word,
-            settings,
-        ));
+        for s in [Sensitivity::Low, Sensitivity::Medium, Sensitivity::High] {
+            let word =
+                WakeWord::load(Path::new(&path)).expect("WAKE_EVAL_PREVIOUS: a wake word file");
+            let settings = Settings {
+                sensitivity: s,
+                ..Settings::default()
+            };
+            let t = word.threshold(&settings);
+            setups.push((
+                format!(
+                    "neural, previous model {}, sensitivity {s:?} (threshold {t:.3})",
+                    Path::new(&path).display()
+                ),
+                word,
+                settings,
+            ));
+        }
     }
     for (label, word, settings) in &setups {
         println!("\n### {label}\n");

@@ -323,21 +323,27 @@ def rms_active(x):
     return float(np.sqrt(top.mean()) + 1e-9)
 
 
-def room(y, rng, paras, noisy=False):
+def room(y, rng, paras, mix=""):
     """Reverberation, then a background at a random SNR (or none), then the microphone.
-    `noisy`: always a background, mostly other people talking (babble, a TV) at low SNR,
-    the rooms the first recipe left the model weakest in."""
+    `mix` "noisy": always a background, mostly other people talking (babble, a TV) at low
+    SNR, the rooms the first recipe left the model weakest in; "babble": always other
+    people talking (babble, a TV) at 0-6 dB SNR, where the second round still missed most
+    phrases."""
     r = rng.random()
     if r < 0.25:
         y = sox_reverb(y, rng)
     elif r < 0.55:
         y = fftconvolve(y, room_ir(rng))[: len(y)].astype(np.float32)
-    if noisy:
+    if mix == "noisy":
         kind = rng.choice(["babble", "tv", "music", "white", "pink", "brown"],
                           p=[0.55, 0.15, 0.1, 0.05, 0.08, 0.07])
         snr = rng.uniform(-3, 12) if kind in ("babble", "tv") else rng.uniform(0, 15)
         b = background(rng, len(y), paras, kind=str(kind))
         y = y + b * rms_active(y) / 10 ** (snr / 20)
+    elif mix == "babble":
+        kind = "babble" if rng.random() < 0.8 else "tv"
+        b = background(rng, len(y), paras, kind=kind)
+        y = y + b * rms_active(y) / 10 ** (rng.uniform(0, 6) / 20)
     elif rng.random() < 0.75:
         snr = rng.uniform(-2, 25)
         b = background(rng, len(y), paras)
@@ -417,20 +423,21 @@ def shard_job(job):
     path = os.path.join(CACHE, "feat", f"{split}-{k:03d}.npz")
     if os.path.exists(path):
         return
-    # "noisy": training voices, half of them saying the phrase, always over a background
-    # (the second round's extra clips, see room()).
-    noisy = split == "noisy"
-    d = _data("train" if noisy else split)
-    rng = np.random.default_rng(1000 + k + {"train": 0, "dev": 500_000, "noisy": 2_000_000}[split])
+    # "noisy" and "babble": training voices, half of them saying the phrase, always over a
+    # background (the second and third rounds' extra clips, see room()).
+    mix = split if split in ("noisy", "babble") else ""
+    d = _data("train" if mix else split)
+    rng = np.random.default_rng(1000 + k + {"train": 0, "dev": 500_000, "noisy": 2_000_000,
+                                            "babble": 3_000_000}[split])
     X, Y = [], []
     for i in range(SHARD):
-        if i % (2 if noisy else 3) == 0:
+        if i % (2 if mix else 3) == 0:
             x, end = make_positive(rng, d["phrase"], d["command"], d["para"], d["confusable"])
             y = int(round(end / common.HOP))
         else:
             x = make_negative(rng, d["para"], d["confusable"], d["phrase"])
             y = -1
-        x = room(x, rng, d["para"], noisy)
+        x = room(x, rng, d["para"], mix)
         X.append(common.features(x).astype(np.float16))
         Y.append(y)
     tmp = path + ".tmp.npz"
@@ -446,10 +453,10 @@ def stage_feat(workers, train_shards, dev_shards):
         list(pool.imap_unordered(shard_job, jobs))
 
 
-def stage_feat_noisy(workers, shards):
+def stage_feat_mixed(workers, split, shards):
     os.makedirs(os.path.join(CACHE, "feat"), exist_ok=True)
     with Pool(workers) as pool:
-        list(pool.imap_unordered(shard_job, [("noisy", k) for k in range(shards)]))
+        list(pool.imap_unordered(shard_job, [(split, k) for k in range(shards)]))
 
 
 # ------------------------------------------------------------ stage 3: the test set
@@ -609,7 +616,9 @@ if __name__ == "__main__":
         stage_feat(workers, int(os.environ.get("WAKE_TRAIN_SHARDS", "150")),
                    int(os.environ.get("WAKE_DEV_SHARDS", "10")))
     if stage in ("noisy", "all"):
-        stage_feat_noisy(workers, int(os.environ.get("WAKE_NOISY_SHARDS", "30")))
+        stage_feat_mixed(workers, "noisy", int(os.environ.get("WAKE_NOISY_SHARDS", "30")))
+    if stage in ("babble", "all"):
+        stage_feat_mixed(workers, "babble", int(os.environ.get("WAKE_BABBLE_SHARDS", "30")))
     if stage in ("eval-dev", "eval", "all"):
         stage_eval(workers, "dev")
     if stage in ("eval", "all"):

@@ -2,7 +2,7 @@
 training voices (paragraphs 500 and up of gen.py's tts stage, never used for training
 clips) in rooms with noise and music, and keeps every stretch that scored high as a
 negative training clip (CACHE/feat/mine-NNN.npz), plus a sample of ordinary stretches.
-train.py's fine-tuning round (WAKE_FINETUNE=1) trains on them with the first round's
+train.py's fine-tuning round (WAKE_ROUND=1) trains on them with the first round's
 clips. Only training voices and training text are used: the dev and test splits stay
 unseen.
 

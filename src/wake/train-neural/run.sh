@@ -21,7 +21,7 @@
 #   train.py      ~25 min   10 epochs, 90-300 s each depending on the load
 #   gen.py tts    ~10 min   (WAKE_PARAS=1700) 1,200 more paragraphs for mining
 #   mine.py        ~5 min   hard negatives from ~10 h of new speech in rooms
-#   train.py      ~10 min   (WAKE_FINETUNE=1) 3 of 4 fine-tuning epochs ran; the 4th
+#   train.py      ~10 min   (WAKE_ROUND=1) 3 of 4 fine-tuning epochs ran; the 4th
 #                           starved under load and was stopped, and export_state.py wrote
 #                           the model from epoch 3
 #   gen.py tts     ~3 min   (WAKE_PARAS=2300) 600 more paragraphs
@@ -29,11 +29,20 @@
 #                           of paragraphs no round heard (stopped at 9 minutes under load
 #                           after 59 of 60 groups; 33 groups of round 1's paragraphs in
 #                           other rooms were mined too, by an earlier start)
-#   train.py      ~24 min   (WAKE_FINETUNE=2) 4 epochs over 74,000 clips, 220-470 s each
-#   calibrate.py  ~15 min   measures round 1's model and each round-2 epoch on the dev
-#                           recordings (~3 min each; cached, so it can run as epochs
-#                           finish), keeps the best with its persistence rule
-# About 2 h 25 min in all. Everything is cached under $WAKE_CACHE (default
+#   train.py      ~24 min   (WAKE_ROUND=2) 4 epochs over 74,000 clips, 220-470 s each
+#   gen.py babble  ~6 min   (part of `gen.py all`) 12,000 more clips, always over other
+#                           people talking (babble or TV at 0-6 dB SNR), training voices
+#                           and text only
+#   train.py      ~65 min   (WAKE_ROUND=3 WAKE_CHANNELS=128) a network twice as wide
+#                           (118 k weights) from scratch on all 86,000 clips: 380-1300 s
+#                           an epoch under load 5-10. It ran 2 epochs of a planned 8, was
+#                           restarted as 6 when the load doubled, and was stopped for
+#                           time after epoch 5 (so the last, lowest-rate epoch never ran)
+#   calibrate.py  ~25 min   measures round 1's model and each round-2 epoch and round-3
+#                           epochs 4-6 on the dev recordings (~3-6 min each; cached, so it
+#                           can run as epochs finish), keeps the best with its
+#                           persistence rule
+# About 3 h 40 min in all. Everything is cached under $WAKE_CACHE (default
 # ~/.cache/strawberry/wake/neural); a rerun skips what exists, and training resumes
 # from its last finished epoch. Delete the cache directory to start from nothing.
 #
@@ -48,9 +57,11 @@ WAKE_TRAIN_SHARDS=${WAKE_TRAIN_SHARDS:-120} nice -n 19 python3 gen.py all
 nice -n 19 python3 train.py
 WAKE_PARAS=1700 nice -n 19 python3 gen.py tts
 nice -n 19 python3 mine.py
-WAKE_FINETUNE=1 nice -n 19 python3 train.py
+WAKE_ROUND=1 nice -n 19 python3 train.py
 WAKE_PARAS=2300 nice -n 19 python3 gen.py tts
 nice -n 19 python3 mine.py 2 "$cache/train/hey_strawberry-c64-ft.wake" 1700
-WAKE_FINETUNE=2 nice -n 19 python3 train.py
+WAKE_ROUND=2 nice -n 19 python3 train.py
+WAKE_ROUND=3 WAKE_CHANNELS=128 WAKE_EPOCHS=6 nice -n 19 python3 train.py
 nice -n 19 python3 calibrate.py "$repo/src/wake/hey_strawberry.wake" "$repo/tests/wake/neural-check" \
-  "$cache/train/hey_strawberry-c64-ft.wake" "$cache"/train/hey_strawberry-c64-ft2-e*.wake
+  "$cache/train/hey_strawberry-c64-ft.wake" "$cache"/train/hey_strawberry-c64-ft2-e*.wake \
+  "$cache"/train/hey_strawberry-c128-r3-e[4-6].wake

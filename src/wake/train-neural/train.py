@@ -185,16 +185,18 @@ def export(p, mean, std, path, meta):
     os.replace(tmp, path)
 
 
-# Fine-tuning rounds, at a lower learning rate. WAKE_FINETUNE=1: from the first round's
-# weights, with mine.py's hard negatives added. WAKE_FINETUNE=2: from round 1's last
-# epoch, adding the second mining round's negatives (mine.py 2) and gen.py's noisy clips
-# (babble and TV at low SNR); every epoch is also written as a model file, for
-# calibrate.py to choose among on the dev recordings.
-FINETUNE = os.environ.get("WAKE_FINETUNE", "")
+# Later rounds (WAKE_ROUND). 1 and 2 fine-tune at a lower learning rate: 1 from the first
+# round's weights, with mine.py's hard negatives added; 2 from round 1's last epoch,
+# adding the second mining round's negatives (mine.py 2) and gen.py's noisy clips (babble
+# and TV at low SNR). 3 trains a wider network (WAKE_CHANNELS=128) from scratch on all of
+# it plus gen.py's babble clips (other people talking at 0-6 dB SNR). Rounds 2 and 3 write
+# every epoch as a model file too, for calibrate.py to choose among on the dev recordings.
+ROUND = os.environ.get("WAKE_ROUND", "")
 ROUNDS = {"1": ("ft", f"state-c{C}.npz", ["mine"], 4, 5e-4),
-          "2": ("ft2", f"state-c{C}-ft.npz", ["mine", "mine2", "noisy"], 4, 7e-4)}
-if FINETUNE:
-    TAG, FROM, EXTRA, EPOCHS, LR = ROUNDS[FINETUNE]
+          "2": ("ft2", f"state-c{C}-ft.npz", ["mine", "mine2", "noisy"], 4, 7e-4),
+          "3": ("r3", None, ["mine", "mine2", "noisy", "babble"], 10, 2e-3)}
+if ROUND:
+    TAG, FROM, EXTRA, EPOCHS, LR = ROUNDS[ROUND]
     TAG = "-" + TAG
     EPOCHS = int(os.environ.get("WAKE_EPOCHS", str(EPOCHS)))
 else:
@@ -261,7 +263,7 @@ def main():
                  **{"v_" + n: np.asarray(a) for n, a in v.items()},
                  **{"b_" + n: np.asarray(a) for n, a in best_p.items()})
         os.replace(state + ".tmp.npz", state)
-        if FINETUNE == "2":
+        if ROUND in ("2", "3"):
             export(p, mean, std, os.path.join(ck, f"hey_strawberry-c{C}{TAG}-e{epoch + 1}.wake"),
                    {"name": "hey strawberry", "epoch": epoch + 1})
     out = os.environ.get("WAKE_MODEL_OUT", os.path.join(ck, f"hey_strawberry-c{C}{TAG}.wake"))
