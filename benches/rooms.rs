@@ -41,7 +41,6 @@ mod support;
 mod rooms;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -116,8 +115,6 @@ struct RoomRun {
 }
 
 fn main() {
-    let wake_set = cache_dir().join("bench-heldout-wake");
-    let command_set = cache_dir().join("bench-heldout");
     if !std::env::args().any(|a| a == "--bench") {
         let commands = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/stt/commands.txt"),
@@ -140,19 +137,6 @@ fn main() {
         println!("rooms benchmark: run it with `cargo bench --bench rooms`");
         return;
     }
-    for mode in ["", "wake"] {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/stt_voices.sh");
-        let made = Command::new("bash")
-            .arg(&script)
-            .args((!mode.is_empty()).then_some(mode))
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            made,
-            "{} failed (needs flite, festival, sox)",
-            script.display()
-        );
-    }
     // Every `stride`-th clip: the clips are in voice order, so all voices stay in.
     let stride = std::env::var("ROOMS_BENCH_STRIDE")
         .ok()
@@ -160,8 +144,8 @@ fn main() {
         .filter(|s| *s > 0)
         .unwrap_or(1);
     let every = |clips: Vec<Clip>| -> Vec<Clip> { clips.into_iter().step_by(stride).collect() };
-    let wake_clips = every(clips_in(&wake_set));
-    let command_clips = every(clips_in(&command_set));
+    let wake_clips = every(rooms::held_out(true));
+    let command_clips = every(rooms::held_out(false));
     assert_eq!(wake_clips.len(), command_clips.len());
     let chosen = |var: &str, all: &[&'static str]| -> Vec<&'static str> {
         match std::env::var(var) {

@@ -493,17 +493,7 @@ fn faster_whisper(
 /// binary's `transcribe` on the same clips, for the checks' cost. Quiet always; the other
 /// rooms of [`rooms::ROOMS`] with `STT_BENCH_ROOMS=all` (or a comma-separated list).
 fn heldout(python: &Path, threads: usize, reps: usize) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/stt_voices.sh");
-    let made = Command::new("bash")
-        .arg(&script)
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        made,
-        "{} failed (needs flite, festival, sox)",
-        script.display()
-    );
-    let quiet = clips_in(&cache_dir().join("bench-heldout"));
+    let quiet = rooms::held_out(false);
     let wanted = std::env::var("STT_BENCH_ROOMS").unwrap_or_default();
     let chosen: Vec<&str> = rooms::ROOMS
         .into_iter()

@@ -9,7 +9,28 @@ use std::process::Command;
 
 use strawberry_spoke::stt::audio;
 
-use crate::support::stt::{cache_dir, clips_in};
+use crate::support::stt::{Clip, cache_dir, clips_in};
+
+/// The held-out voices' clips (`benches/stt_voices.sh`, made on first use): the commands
+/// alone, or with `wake` each after the wake phrase (its text is the command alone).
+pub fn held_out(wake: bool) -> Vec<Clip> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/stt_voices.sh");
+    let made = Command::new("bash")
+        .arg(&script)
+        .args(wake.then_some("wake"))
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        made,
+        "{} failed (needs flite, festival, sox)",
+        script.display()
+    );
+    clips_in(&cache_dir().join(if wake {
+        "bench-heldout-wake"
+    } else {
+        "bench-heldout"
+    }))
+}
 
 /// Every room; `quiet` is the clip as made.
 pub const ROOMS: [&str; 6] = [
