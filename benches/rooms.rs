@@ -62,8 +62,9 @@ use support::stt::{Clip, base_model, cache_dir, clips_in, word_error_rate};
 
 /// Room before each clip: the listener's floors and the detector settle on it.
 const LEAD_MS: u64 = 1_500;
-/// Room after each clip: the longest wait for the end (`vad.mid_sentence_ms`) and more.
-const TAIL_MS: u64 = 3_000;
+/// Room after each clip: enough for a command that never falls silent to reach
+/// `vad.max_utterance_ms` (15 s) and be cut there, as the daemon would cut it.
+const TAIL_MS: u64 = 15_000;
 /// Where the wake-bypassed command's window opens (within the lead).
 const LISTEN_AT_MS: u64 = 1_000;
 /// The floor: end of speech judged within this of the last word.
