@@ -44,6 +44,9 @@ use stt::{
 
 use support::stt;
 
+#[path = "stt/rooms.rs"]
+mod rooms;
+
 /// English voices no test uses, for the accuracy docs/voice-loop.md gives for unseen voices.
 const UNSEEN_VOICES: [&str; 4] = ["en-029", "en-gb-scotland+m2", "en-us+f4", "en-gb-x-gbcwmd"];
 
@@ -503,37 +506,17 @@ fn faster_whisper(
     Run::from_json(&serde_json::from_slice(&out.stdout).expect("JSON from the script"))
 }
 
-/// The rooms the held-out commands are heard in: `quiet` always, the others with
-/// `STT_BENCH_ROOMS=all` (or a comma-separated list of their names).
-const ROOMS: [&str; 6] = [
-    "quiet",
-    "reverberant",
-    "noise-10db",
-    "noise-5db",
-    "babble",
-    "music",
-];
-
 /// Held-out voices, the guard against loops and invented words: commands in voices of
 /// synthesizers no test uses (`benches/stt_voices.sh`: flite and festival), the spoke
 /// as a new user runs it (base q8_0 with the default `auto` language among en/de/fr/es,
 /// and tiny.en) against faster-whisper with its default settings on the same weights;
 /// with `STT_BENCH_BEFORE` (a `strawberry-spoke` binary built before the checks), that
-/// binary's `transcribe` on the same clips, for the checks' cost.
+/// binary's `transcribe` on the same clips, for the checks' cost. Quiet always; the other
+/// rooms of [`rooms::ROOMS`] with `STT_BENCH_ROOMS=all` (or a comma-separated list).
 fn heldout(python: &Path, threads: usize, reps: usize) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/stt_voices.sh");
-    let made = Command::new("bash")
-        .arg(&script)
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        made,
-        "{} failed (needs flite, festival, sox)",
-        script.display()
-    );
-    let quiet = clips_in(&cache_dir().join("bench-heldout"));
+    let quiet = rooms::held_out(false);
     let wanted = std::env::var("STT_BENCH_ROOMS").unwrap_or_default();
-    let rooms: Vec<&str> = ROOMS
+    let chosen: Vec<&str> = rooms::ROOMS
         .into_iter()
         .filter(|r| *r == "quiet" || wanted == "all" || wanted.split(',').any(|w| w == *r))
         .collect();
@@ -544,7 +527,7 @@ fn heldout(python: &Path, threads: usize, reps: usize) {
         quiet.len() / 6,
         6
     );
-    for room in rooms {
+    for room in chosen {
         let clips = if room == "quiet" {
             quiet.clone()
         } else {
@@ -674,103 +657,28 @@ fn length_ratio(said: &str, heard: &str) -> f64 {
     stt::normalise(heard).len() as f64 / stt::normalise(said).len().max(1) as f64
 }
 
-/// `clips` as heard in `room`, made once with sox under `target/stt-test/bench-rooms`:
-/// reverberation (sox `reverb`), steady pink noise 10 and 5 dB below the speech,
-/// three other voices talking 5 dB below (the tests' espeak-ng clips), music 10 dB below
-/// (plucked chords). Levels are set against the speech's RMS in the clip.
+/// `clips` as heard in `room` ([`rooms`]), made once under `target/stt-test/bench-rooms`.
 fn in_room(clips: &[Clip], room: &str) -> Vec<Clip> {
     let dir = cache_dir().join("bench-rooms").join(room);
     let done = dir.join(".done");
     if !done.exists() {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let sox = |args: &[&str]| {
-            let ok = Command::new("sox")
-                .args(args)
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "sox {args:?} failed");
-        };
-        let background = match room {
-            "noise-10db" | "noise-5db" => {
-                let noise = dir.join("noise.wav");
-                let n = noise.to_str().unwrap();
-                sox(&[
-                    "-n",
-                    "-r",
-                    "16000",
-                    "-c",
-                    "1",
-                    "-b",
-                    "16",
-                    n,
-                    "synth",
-                    "60",
-                    "pinknoise",
-                    "vol",
-                    "0.3",
-                ]);
-                Some(read(&noise))
-            }
-            "music" => {
-                let music = dir.join("music.wav");
-                let m = music.to_str().unwrap();
-                sox(&[
-                    "-n", "-r", "16000", "-c", "1", "-b", "16", m, "synth", "0.6", "pluck", "C3",
-                    "pluck", "E4", "pluck", "G4", "synth", "0.6", "pluck", "A2", "pluck", "C4",
-                    "pluck", "E4", "fade", "0", "0.6", "0.1", "repeat", "99", "vol", "0.3",
-                ]);
-                Some(read(&music))
-            }
-            "babble" => {
-                // Three of the tests' voices, each its sentences one after another.
-                let talk: Vec<Vec<f32>> = ["en-us-", "en-gb-0", "en-us_f3-"]
-                    .iter()
-                    .map(|voice| {
-                        clips_in(&cache_dir().join("wav"))
-                            .iter()
-                            .filter(|c| {
-                                c.wav
-                                    .file_name()
-                                    .is_some_and(|n| n.to_string_lossy().starts_with(voice))
-                            })
-                            .flat_map(|c| read(&c.wav))
-                            .collect()
-                    })
-                    .collect();
-                let len = talk.iter().map(Vec::len).min().unwrap_or(0);
-                Some((0..len).map(|i| talk.iter().map(|t| t[i]).sum()).collect())
-            }
-            _ => None,
-        };
-        let below_db = match room {
-            "noise-5db" | "babble" => 5.0,
-            _ => 10.0,
-        };
+        let background = rooms::background(room, &dir);
         for (n, clip) in clips.iter().enumerate() {
-            let name = clip.wav.file_name().unwrap();
-            let out = dir.join(name);
+            let out = dir.join(clip.wav.file_name().unwrap());
             match &background {
-                None => sox(&[
-                    clip.wav.to_str().unwrap(),
-                    out.to_str().unwrap(),
-                    "reverb",
-                    "60",
-                    "50",
-                    "80",
-                ]),
+                None => rooms::reverb(&clip.wav, &out),
                 Some(background) => {
-                    let speech = read(&clip.wav);
-                    // Each clip hears its own stretch of the background.
-                    let start = (n * 7919) % background.len().saturating_sub(speech.len()).max(1);
-                    let part = &background[start..(start + speech.len()).min(background.len())];
-                    let gain = rms(&speech) / rms(part).max(1e-9) / 10f32.powf(below_db / 20.0);
-                    let mixed: Vec<f32> = speech
-                        .iter()
-                        .zip(part.iter().chain(std::iter::repeat(&0.0)))
-                        .map(|(s, b)| (s + b * gain).clamp(-1.0, 1.0))
-                        .collect();
-                    write(&out, &mixed);
+                    let speech = rooms::read(&clip.wav);
+                    let mixed = rooms::mix(
+                        &speech,
+                        rooms::rms(&speech),
+                        background,
+                        n,
+                        rooms::below_db(room),
+                    );
+                    rooms::write(&out, &mixed);
                 }
             }
             std::fs::copy(clip.wav.with_extension("txt"), out.with_extension("txt")).unwrap();
@@ -778,31 +686,6 @@ fn in_room(clips: &[Clip], room: &str) -> Vec<Clip> {
         std::fs::write(&done, "").unwrap();
     }
     clips_in(&dir)
-}
-
-/// The RMS of the speech in `samples`: over 20 ms frames within 30 dB of the loudest.
-fn rms(samples: &[f32]) -> f32 {
-    let frames: Vec<f32> = samples
-        .chunks(320)
-        .map(|f| (f.iter().map(|s| s * s).sum::<f32>() / f.len() as f32).sqrt())
-        .collect();
-    let loudest = frames.iter().copied().fold(0.0, f32::max);
-    let speech: Vec<f32> = frames
-        .into_iter()
-        .filter(|f| *f >= loudest * 0.0316)
-        .collect();
-    (speech.iter().map(|f| f * f).sum::<f32>() / speech.len().max(1) as f32).sqrt()
-}
-
-fn read(wav: &Path) -> Vec<f32> {
-    audio::read_wav_16k(wav)
-        .unwrap_or_else(|e| panic!("{}: {e}", wav.display()))
-        .0
-}
-
-fn write(wav: &Path, samples: &[f32]) {
-    strawberry_spoke::audio::wav::write_wav(wav, samples, 16_000)
-        .unwrap_or_else(|e| panic!("{}: {e}", wav.display()));
 }
 
 /// A `strawberry-spoke` binary's `transcribe` on each clip (one process per clip; the
