@@ -1,21 +1,29 @@
 //! Echo cancellation: how much quieter the spoke's own reply is at its microphone with
 //! the canceller (ERLE), whether "hey strawberry" said during a reply is still found by
-//! the wake word, whether the reply alone wakes it, and the CPU per 10 ms block. The
-//! canceller on and off in the same run, on the same audio; with the `webrtc-aec`
-//! feature, the daemon's AEC3 (`sonora`, pure Rust) and WebRTC's own C++ AEC3 (the
-//! `webrtc-audio-processing` crate) side by side.
+//! the wake word, whether replies alone wake it, and the CPU per 10 ms block. Every
+//! canceller and the microphone as heard ("off") in the same run, on the same audio: the
+//! daemon's ([`echo::barge_in_config`], AEC3 driven block by block), sonora's
+//! AudioProcessing with AEC3's default configuration, AEC3's linear filter output (before
+//! its residual echo suppressor), and with the `webrtc-aec` feature WebRTC's own C++ AEC3
+//! (the `webrtc-audio-processing` crate).
 //!
-//! The room is simulated (no real board's speaker and microphone were used): the reply
+//! The rooms are simulated (no real board's speaker and microphone were used): the reply
 //! (espeak-ng en-us sentences from `tests/setup.sh`) is played at 48 kHz through the
-//! canceller's reference as a speaker callback would, and heard after `DELAY` ms through
-//! a reverberant tail, attenuated, with noise; the wake phrase recordings of
-//! `tests/setup.sh` (other voices) are said 2.5 s into the reply (the canceller still
-//! finding the echo) or 8 s in (found), 10 dB below the echo. Both bundled wake words
-//! listen: the reference word at its default sensitivity and the neural word at `high`.
+//! canceller's reference as a speaker callback would, and heard after a delay through a
+//! reverberant tail, attenuated, with noise; in the "soft-clipping speaker" room the
+//! played signal is first bent by a speaker's nonlinearity, which no linear filter can
+//! follow. The wake phrase recordings of `tests/setup.sh` (other voices) are said 2.5 s
+//! into the reply (the canceller still finding the echo) or 8 s in (found), 10 dB below
+//! the echo (one harder point: 15 dB). Both bundled wake words listen: the reference word
+//! at its default sensitivity and the neural word at `high`. "Replies alone" plays every
+//! sentence of the four voices of `tests/setup.sh` (40 replies, 2.5 min) with no person.
 //!
-//! `cargo bench --bench echo --features webrtc-aec` (after `tests/setup.sh` and, for the
-//! C++ peer, `packaging/webrtc-deps.sh`); without the feature, sonora alone. Under
-//! `cargo test` this target only checks that it builds.
+//! `cargo bench --bench echo` (after `tests/setup.sh`); `--features webrtc-aec` (after
+//! `packaging/webrtc-deps.sh`) adds the C++ peer. Arguments after `--bench`: `--configs
+//! a,b` runs only the cancellers whose names contain one of those words (`--configs ns`
+//! for sonora's noise suppression and AGC2 after AEC3, which are not run otherwise),
+//! `--quick` only two cases per room. Under `cargo test` this target only checks that it
+//! builds.
 
 #[path = "../tests/support/room.rs"]
 mod room;
@@ -24,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use room::{echo_of, noise, play_and_cancel};
+use sonora_aec3::config::EchoCanceller3Config;
 use strawberry_spoke::audio::echo::{self, Engine, Extras};
 use strawberry_spoke::audio::wav::read_wav_16k;
 use strawberry_spoke::audio::{FRAME_SAMPLES, SAMPLE_RATE};
@@ -31,25 +40,74 @@ use strawberry_spoke::wake::{Detector, Sensitivity, Settings, WakeWord};
 
 const SR: usize = SAMPLE_RATE as usize;
 
+/// A canceller under test: its name in the table, its engine and what runs after it.
+struct Config {
+    name: &'static str,
+    engine: Engine,
+    extras: Extras,
+}
+
+/// Where the microphone is: how the speaker's sound reaches it.
+#[derive(Clone, Copy)]
+enum Room {
+    Linear,
+    /// The speaker soft-clips: `tanh(k x) / k` of what is played (k = 2: a sentence's
+    /// peaks at 0.5 come out at 0.38), before the room.
+    SoftClip,
+}
+
+impl Room {
+    fn name(self) -> &'static str {
+        match self {
+            Room::Linear => "linear",
+            Room::SoftClip => "soft-clipping speaker",
+        }
+    }
+
+    /// What the speaker sends into the room of what was played.
+    fn speaker(self, played: &[f32]) -> Vec<f32> {
+        match self {
+            Room::Linear => played.to_vec(),
+            Room::SoftClip => played.iter().map(|&s| (2.0 * s).tanh() / 2.0).collect(),
+        }
+    }
+}
+
+/// When the phrase is said (ms into the reply), the delay (ms), the echo's gain, and how
+/// far below the echo the phrase is (dB).
+type Case = (usize, usize, f32, f32);
+
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
+    let args: Vec<String> = std::env::args().collect();
+    if !args.iter().any(|a| a == "--bench") {
         println!("echo benchmark: run it with `cargo bench --bench echo`");
         return;
     }
+    let only: Option<Vec<String>> = args
+        .iter()
+        .position(|a| a == "--configs")
+        .and_then(|i| args.get(i + 1))
+        .map(|list| list.split(',').map(str::to_lowercase).collect());
+    let quick = args.iter().any(|a| a == "--quick");
+
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/stt-test");
     let reply: Vec<f32> = (1..=6)
-        .flat_map(|n| {
-            let mut s = read(&root.join(format!("wav/en-us-{n:02}.wav")));
-            s.extend(vec![0.0; SR / 5]);
-            s
-        })
+        .flat_map(|n| sentence(&root.join(format!("wav/en-us-{n:02}.wav"))))
         .collect();
+    let mut replies: Vec<PathBuf> = std::fs::read_dir(root.join("wav"))
+        .expect("target/stt-test/wav (run tests/setup.sh)")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wav"))
+        .collect();
+    replies.sort();
+    let all_replies: Vec<f32> = replies.iter().flat_map(|p| sentence(p)).collect();
     let mut phrases: Vec<PathBuf> = std::fs::read_dir(root.join("wake/phrase"))
         .expect("target/stt-test/wake/phrase (run tests/setup.sh)")
         .map(|e| e.expect("dir entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "wav"))
         .collect();
     phrases.sort();
+    let persons: Vec<Vec<f32>> = phrases.iter().map(|p| read(p)).collect();
     // Both bundled words: the residual echo is speech-like, which the neural word was
     // trained to ignore (babble) and the reference word was not.
     let words = [
@@ -68,103 +126,199 @@ fn main() {
         ),
     ];
 
-    let none = Extras::default();
-    let ns = Extras {
-        noise_suppression: true,
-        gain_control: false,
-    };
-    let ns_agc = Extras {
-        noise_suppression: true,
-        gain_control: true,
-    };
-    let engines = [
-        (Engine::Sonora, none),
-        #[cfg(feature = "webrtc-aec")]
-        (Engine::WebRtc, none),
-        (Engine::Sonora, ns),
-        (Engine::Sonora, ns_agc),
-    ];
-    println!(
-        "| phrase said | delay | echo gain | AEC3 | ERLE dB | delay found (ms) | wake word | wake phrase during the reply found, off | on | reply alone woke it, off | on | CPU per 10 ms block |"
-    );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
-    let cases = [
-        (2_500, 30, 0.6),
-        (2_500, 80, 0.6),
-        (2_500, 150, 0.6),
-        (8_000, 30, 0.6),
-        (8_000, 80, 0.6),
-        (8_000, 150, 0.6),
-        (8_000, 80, 0.3),
-    ];
-    for ((at_ms, delay_ms, echo_gain), engine) in cases
+    let configs: Vec<Config> = configs()
         .into_iter()
-        .flat_map(|case| engines.map(|engine| (case, engine)))
-    {
-        let mut found = [[0usize; 2]; 2];
-        let mut erle = Vec::new();
-        let mut delays = Vec::new();
-        let mut cpu = Duration::ZERO;
-        let mut blocks = 0u32;
-        let mut self_wakes = [[0usize; 2]; 2];
-        for (n, phrase) in phrases.iter().enumerate() {
-            let person = read(phrase);
-            let scene = Scene::new(&reply, &person, at_ms, delay_ms, echo_gain, n as u64);
-            let (out, took, stats) = scene.cancel(engine);
-            cpu += took;
-            blocks += (scene.mic.len() / (SR / 100)) as u32;
-            delays.push(stats.delay_ms.unwrap_or(0));
-            erle.push(scene.erle(&out));
-            for ((_, word, settings), found) in words.iter().zip(&mut found) {
-                for (i, audio) in [&scene.mic, &out].into_iter().enumerate() {
-                    let at = scene.person_at;
-                    let hits = detect(word, settings, audio);
-                    if hits
+        .filter(|c| match &only {
+            Some(only) => only
+                .iter()
+                .any(|word| c.name.to_lowercase().contains(word.as_str())),
+            None => c.extras == Extras::default(),
+        })
+        .collect();
+
+    println!(
+        "| room | phrase said | delay | echo gain | phrase below the echo | canceller | ERLE dB (median of {}) | delay found (ms, median) | phrases found during the reply, reference off / on | neural `high` off / on | CPU per 10 ms block |",
+        phrases.len()
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    let cases: &[Case] = if quick {
+        &[(2_500, 80, 0.6, 10.0), (8_000, 80, 0.6, 10.0)]
+    } else {
+        &[
+            (2_500, 30, 0.6, 10.0),
+            (2_500, 80, 0.6, 10.0),
+            (2_500, 150, 0.6, 10.0),
+            (8_000, 30, 0.6, 10.0),
+            (8_000, 80, 0.6, 10.0),
+            (8_000, 150, 0.6, 10.0),
+            (8_000, 80, 0.3, 10.0),
+            (8_000, 80, 0.6, 15.0),
+        ]
+    };
+    let mut totals = vec![vec![[[0usize; 2]; 2]; configs.len()]; 2];
+    for (room, totals) in [Room::Linear, Room::SoftClip].into_iter().zip(&mut totals) {
+        for &case in cases {
+            let scenes: Vec<Scene> = persons
+                .iter()
+                .enumerate()
+                .map(|(n, person)| Scene::new(room, &reply, person, case, n as u64))
+                .collect();
+            let off: Vec<usize> = words
+                .iter()
+                .map(|(_, word, settings)| {
+                    scenes
                         .iter()
-                        .any(|&end| end > at && end < at + person.len() + SR / 2)
-                    {
-                        found[i] += 1;
+                        .filter(|scene| scene.found(word, settings, &scene.mic))
+                        .count()
+                })
+                .collect();
+            for (config, total) in configs.iter().zip(totals.iter_mut()) {
+                let mut found = [0usize; 2];
+                let mut erle = Vec::new();
+                let mut delays = Vec::new();
+                let mut cpu = Duration::ZERO;
+                let mut blocks = 0u32;
+                for scene in &scenes {
+                    let (out, took, stats) = scene.cancel(config);
+                    cpu += took;
+                    blocks += (scene.mic.len() / (SR / 100)) as u32;
+                    delays.push(stats.delay_ms.unwrap_or(0));
+                    erle.push(scene.erle(&out));
+                    for ((_, word, settings), found) in words.iter().zip(&mut found) {
+                        if scene.found(word, settings, &out) {
+                            *found += 1;
+                        }
                     }
                 }
-            }
-            // The reply alone, no person: does it wake the spoke?
-            if n == 0 {
-                let quiet = Scene::new(&reply, &[], at_ms, delay_ms, echo_gain, 99);
-                let (out, _, _) = quiet.cancel(engine);
-                for ((_, word, settings), woke) in words.iter().zip(&mut self_wakes) {
-                    for (i, audio) in [&quiet.mic, &out].into_iter().enumerate() {
-                        woke[i] += detect(word, settings, audio).len();
-                    }
+                for w in 0..2 {
+                    total[w][0] += found[w];
+                    total[w][1] += scenes.len();
                 }
+                erle.sort_by(f64::total_cmp);
+                delays.sort();
+                let (at_ms, delay_ms, gain, below) = case;
+                println!(
+                    "| {} | {:.1} s in | {delay_ms} ms | {:.0} dB | {below:.0} dB | {} | {:.1} | {} | {}/{} / {}/{} | {}/{} / {}/{} | {:.0} µs |",
+                    room.name(),
+                    at_ms as f64 / 1000.0,
+                    20.0 * f64::from(gain).log10(),
+                    config.name,
+                    erle[erle.len() / 2],
+                    delays[delays.len() / 2],
+                    off[0],
+                    scenes.len(),
+                    found[0],
+                    scenes.len(),
+                    off[1],
+                    scenes.len(),
+                    found[1],
+                    scenes.len(),
+                    cpu.as_secs_f64() * 1e6 / f64::from(blocks),
+                );
             }
         }
-        erle.sort_by(f64::total_cmp);
-        delays.sort();
-        let engine_name = match engine {
-            (Engine::Sonora, e) if e == none => "sonora (Rust)",
-            (Engine::Sonora, e) if e == ns => "sonora + noise suppression",
-            (Engine::Sonora, _) => "sonora + noise suppression + AGC2",
-            #[cfg(feature = "webrtc-aec")]
-            (Engine::WebRtc, _) => "WebRTC (C++)",
-        };
-        for (((word, _, _), found), woke) in words.iter().zip(found).zip(self_wakes) {
+    }
+
+    println!();
+    println!(
+        "| room | canceller | phrases found during replies, all cases: reference | neural `high` | wakes in {} replies alone, off: reference, neural | on: reference, neural | ERLE dB over them |",
+        replies.len()
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for (room, totals) in [Room::Linear, Room::SoftClip].into_iter().zip(&totals) {
+        let quiet = Scene::new(room, &all_replies, &[], (0, 80, 0.6, 10.0), 99);
+        let off: Vec<usize> = words
+            .iter()
+            .map(|(_, word, settings)| detect(word, settings, &quiet.mic).len())
+            .collect();
+        for (config, total) in configs.iter().zip(totals) {
+            let (out, _, _) = quiet.cancel(config);
+            let on: Vec<usize> = words
+                .iter()
+                .map(|(_, word, settings)| detect(word, settings, &out).len())
+                .collect();
             println!(
-                "| {:.1} s into the reply | {delay_ms} ms | {:.0} dB | {engine_name} | {:.1} (median of {}) | {} (median) | {word} | {}/{} | {}/{} | {} | {} | {:.0} µs |",
-                at_ms as f64 / 1000.0,
-                20.0 * f64::from(echo_gain).log10(),
-                erle[erle.len() / 2],
-                erle.len(),
-                delays[delays.len() / 2],
-                found[0],
-                phrases.len(),
-                found[1],
-                phrases.len(),
-                woke[0],
-                woke[1],
-                cpu.as_secs_f64() * 1e6 / f64::from(blocks),
+                "| {} | {} | {}/{} | {}/{} | {}, {} | {}, {} | {:.1} |",
+                room.name(),
+                config.name,
+                total[0][0],
+                total[0][1],
+                total[1][0],
+                total[1][1],
+                off[0],
+                off[1],
+                on[0],
+                on[1],
+                quiet.erle(&out),
             );
         }
     }
+}
+
+/// Every canceller the benchmark knows.
+fn configs() -> Vec<Config> {
+    let none = Extras::default();
+    let default = EchoCanceller3Config::default;
+    vec![
+        Config {
+            name: "daemon's (tuned AEC3)",
+            engine: Engine::Aec3 {
+                config: Box::new(echo::barge_in_config()),
+                linear: false,
+            },
+            extras: none,
+        },
+        Config {
+            name: "sonora AudioProcessing (AEC3 default)",
+            engine: Engine::Sonora,
+            extras: none,
+        },
+        Config {
+            name: "AEC3 linear filter output, daemon's configuration",
+            engine: Engine::Aec3 {
+                config: Box::new(echo::barge_in_config()),
+                linear: true,
+            },
+            extras: none,
+        },
+        Config {
+            name: "AEC3 linear filter output, default configuration",
+            engine: Engine::Aec3 {
+                config: Box::new(default()),
+                linear: true,
+            },
+            extras: none,
+        },
+        #[cfg(feature = "webrtc-aec")]
+        Config {
+            name: "WebRTC C++ (AEC3 default)",
+            engine: Engine::WebRtc,
+            extras: none,
+        },
+        Config {
+            name: "sonora AudioProcessing + NS",
+            engine: Engine::Sonora,
+            extras: Extras {
+                noise_suppression: true,
+                gain_control: false,
+            },
+        },
+        Config {
+            name: "sonora AudioProcessing + NS + AGC2",
+            engine: Engine::Sonora,
+            extras: Extras {
+                noise_suppression: true,
+                gain_control: true,
+            },
+        },
+    ]
+}
+
+/// A sentence and 200 ms of silence after it.
+fn sentence(path: &Path) -> Vec<f32> {
+    let mut s = read(path);
+    s.extend(vec![0.0; SR / 5]);
+    s
 }
 
 fn read(path: &Path) -> Vec<f32> {
@@ -195,11 +349,10 @@ struct Scene {
 
 impl Scene {
     fn new(
+        room: Room,
         reply: &[f32],
         person: &[f32],
-        at_ms: usize,
-        delay_ms: usize,
-        gain: f32,
+        (at_ms, delay_ms, gain, below_db): Case,
         seed: u64,
     ) -> Scene {
         let mut render = vec![0.0f32; SR];
@@ -207,14 +360,14 @@ impl Scene {
         let reply_end = render.len();
         render.resize((reply_end + SR) / FRAME_SAMPLES * FRAME_SAMPLES, 0.0);
         let len = render.len();
-        let mut mic = echo_of(&render, delay_ms, gain, len);
-        // The person 10 dB below the echo's level, `at_ms` into the reply.
+        let mut mic = echo_of(&room.speaker(&render), delay_ms, gain, len);
+        // The person `below_db` below the echo's level, `at_ms` into the reply.
         let person_at = SR + at_ms * SR / 1000;
         let scale = if person.is_empty() {
             0.0
         } else {
             let echo_rms = rms(&mic[SR..reply_end]);
-            echo_rms / rms(person).max(1e-6) * 10f32.powf(-10.0 / 20.0)
+            echo_rms / rms(person).max(1e-6) * 10f32.powf(-below_db / 20.0)
         };
         for (i, &p) in person.iter().enumerate() {
             if let Some(m) = mic.get_mut(person_at + i) {
@@ -234,9 +387,17 @@ impl Scene {
         }
     }
 
+    /// Whether `word` fired on `audio` during the person's phrase (or just after it).
+    fn found(&self, word: &WakeWord, settings: &Settings, audio: &[f32]) -> bool {
+        detect(word, settings, audio)
+            .iter()
+            .any(|&end| end > self.person_at && end < self.person_at + self.person_len + SR / 2)
+    }
+
     /// Runs the microphone through a fresh canceller with the render played alongside.
-    fn cancel(&self, (engine, extras): (Engine, Extras)) -> (Vec<f32>, Duration, echo::EchoStats) {
-        let (reference, mut canceller) = echo::pair_with(engine, extras).expect("canceller");
+    fn cancel(&self, config: &Config) -> (Vec<f32>, Duration, echo::EchoStats) {
+        let (reference, mut canceller) =
+            echo::pair_with(config.engine.clone(), config.extras).expect("canceller");
         let (out, took) = play_and_cancel(&reference, &mut canceller, &self.render, &self.mic, 0);
         (out, took, canceller.stats())
     }

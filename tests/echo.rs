@@ -104,3 +104,45 @@ fn played_audio_the_capture_side_never_collects_is_reported_lost() {
         canceller.health()
     );
 }
+
+#[test]
+fn a_person_speaking_over_the_reply_is_let_through() {
+    let sr = SAMPLE_RATE as usize;
+    let reply = speech(&[
+        "en-us-01", "en-us-02", "en-us-03", "en-us-04", "en-us-05", "en-us-06",
+    ]);
+    let person = speech(&["en-gb-x-rp_m3-05"]);
+    let mut render = vec![0.0f32; sr];
+    render.extend(&reply);
+    let len = (render.len() + sr) / FRAME_SAMPLES * FRAME_SAMPLES;
+    render.resize(len, 0.0);
+    let echo = echo_of(&render, 80, 0.6, len);
+    // 8 s into the reply (the canceller has found the echo), 10 dB below it.
+    let person_at = 9 * sr;
+    let scale = (power(&echo[sr..sr + reply.len()]) / power(&person)).sqrt() as f32 * 0.316;
+    let mut near = vec![0.0f32; len];
+    for (i, &s) in person.iter().enumerate() {
+        near[person_at + i] = s * scale;
+    }
+    let mut seed = 5;
+    let mic: Vec<f32> = (0..len)
+        .map(|i| echo[i] + near[i] + 0.002 * noise(&mut seed))
+        .collect();
+
+    let (reference, mut canceller) = echo::pair().unwrap();
+    let (out, _) = play_and_cancel(&reference, &mut canceller, &render, &mic, 0);
+
+    // While both talk: the echo before the phrase is taken out...
+    let before = sr * 5..person_at;
+    let erle = 10.0 * (power(&mic[before.clone()]) / power(&out[before])).log10();
+    assert!(erle >= 15.0, "echo only {erle:.1} dB quieter");
+    // ...and what comes out over the phrase is mostly the person, at much their level
+    // (78% of its energy; AEC3's default configuration kept 44%).
+    let span = person_at..person_at + person.len();
+    let kept = power(&out[span.clone()]) / power(&near[span]);
+    assert!(
+        kept > 0.6,
+        "only {:.0}% of the person's speech energy kept while the reply plays",
+        kept * 100.0
+    );
+}

@@ -14,6 +14,19 @@
 //! where the C++ needs meson, a newer abseil than Debian 12's and a cross file. The C++
 //! stays available as the benchmark's peer behind the `webrtc-aec` feature ([`Engine`]).
 //!
+//! Why AEC3 is driven here block by block ([`Engine::Aec3`], `sonora-aec3`) and not through
+//! sonora's AudioProcessing: that builds AEC3 with WebRTC's default configuration and no way
+//! to change it, and the default is made for calls, where losing some of the far talker's
+//! words while both talk is the price of never hearing an echo. For a spoke it is the wrong
+//! price: "hey strawberry" said over a reply must get through. In the echo benchmark
+//! (simulated rooms, phrase 10 dB below the echo) the default's residual echo suppressor took
+//! most of the phrase: the neural wake word found none of the phrases said during a reply, the
+//! reference word about half. [`barge_in_config`] (a longer linear filter, trusting what it
+//! removes, a near-end detector that lets the person through sooner) finds far more with no
+//! wake on 40 replies alone, for less echo removed; the figures are in BENCHMARKS.md, "Echo
+//! cancellation". The wrapper only feeds AEC3 as sonora does at 16 kHz (one band: the
+//! high-pass filter before it, 16-bit full scale, 4 ms blocks); AEC3 is the library's.
+//!
 //! How the two sides meet: the speaker's callback hands each buffer it writes (mono, at
 //! the device's rate, silence included) to a [`Reference`], a bounded channel it only
 //! `try_send`s to, so playback never waits on the capture side; a full channel drops the
@@ -47,6 +60,12 @@ use sonora::config::{
     AdaptiveDigital, EchoCanceller, GainController2, HighPassFilter, NoiseSuppression,
 };
 use sonora::{AudioProcessing, StreamConfig};
+use sonora_aec3::block::Block;
+use sonora_aec3::block_framer::BlockFramer;
+use sonora_aec3::block_processor::BlockProcessor;
+use sonora_aec3::common::SUB_FRAME_LENGTH;
+use sonora_aec3::config::EchoCanceller3Config;
+use sonora_aec3::frame_blocker::FrameBlocker;
 
 use super::resample::{RateError, Resampler};
 use super::{Frame, SAMPLE_RATE};
@@ -143,19 +162,27 @@ pub struct EchoStats {
 }
 
 /// Which implementation of AEC3 does the work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Engine {
-    /// `sonora`, the pure-Rust port: the daemon's.
+    /// `sonora`'s AudioProcessing, the pure-Rust port with AEC3's default configuration.
     Sonora,
+    /// The same port's AEC3 driven block by block with `config`.
+    Aec3 {
+        /// AEC3's configuration.
+        config: Box<EchoCanceller3Config>,
+        /// What comes out: the linear filter's output (`true`, before the residual echo
+        /// suppressor) or the suppressor's (`false`).
+        linear: bool,
+    },
     /// WebRTC's C++ through `webrtc-audio-processing` (bundled build; needs meson and
     /// abseil, see packaging/webrtc-deps.sh): the benchmark's peer.
     #[cfg(feature = "webrtc-aec")]
     WebRtc,
 }
 
-/// What else of WebRTC's audio processing runs on the capture path after AEC3 (sonora
-/// only). Neither is on in the daemon: see BENCHMARKS.md for what each did to the wake
-/// word in the echo benchmark.
+/// What else of WebRTC's audio processing runs on the capture path after AEC3 (sonora's
+/// engines only). Neither is on in the daemon: see BENCHMARKS.md for what each did to the
+/// wake word in the echo benchmark.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Extras {
     /// WebRTC's noise suppression (moderate).
@@ -167,6 +194,7 @@ pub struct Extras {
 /// An AEC3 instance of either engine, 16 kHz mono, with the high-pass filter AEC3 expects.
 enum Processor {
     Sonora(Box<AudioProcessing>),
+    Aec3(Box<Aec3>),
     #[cfg(feature = "webrtc-aec")]
     WebRtc(Box<webrtc_audio_processing::Processor>),
 }
@@ -195,6 +223,9 @@ impl Processor {
                         .build(),
                 )))
             }
+            Engine::Aec3 { config, linear } => Ok(Processor::Aec3(Box::new(Aec3::new(
+                &config, linear, extras,
+            )))),
             #[cfg(feature = "webrtc-aec")]
             Engine::WebRtc => {
                 use webrtc_audio_processing::config as w;
@@ -228,6 +259,7 @@ impl Processor {
                 apm.process_capture_f32(&[&heard[..]], &mut [out])
                     .map_err(EchoError::Process)
             }
+            Processor::Aec3(aec3) => aec3.block(render, heard, out),
             #[cfg(feature = "webrtc-aec")]
             Processor::WebRtc(processor) => {
                 let mut render = *render;
@@ -253,6 +285,7 @@ impl Processor {
                     stats.echo_return_loss,
                 )
             }
+            Processor::Aec3(aec3) => aec3.stats(),
             #[cfg(feature = "webrtc-aec")]
             Processor::WebRtc(processor) => {
                 let stats = processor.get_stats();
@@ -264,6 +297,201 @@ impl Processor {
             }
         }
     }
+}
+
+/// AEC3 fed as sonora's AudioProcessing feeds it at 16 kHz (one band, so no band split):
+/// the capture high-pass filtered, both sides scaled to 16-bit full scale, each 10 ms
+/// block cut into AEC3's 4 ms blocks and put back together; the render side has no filter
+/// (AEC3's default). The high-pass filter and the extras are an AudioProcessing of their
+/// own, without its echo canceller.
+struct Aec3 {
+    processor: BlockProcessor,
+    /// High-pass filter before AEC3; noise suppression and AGC2 after, when asked for.
+    before: Box<AudioProcessing>,
+    after: Option<Box<AudioProcessing>>,
+    linear: bool,
+    render_blocker: FrameBlocker,
+    capture_blocker: FrameBlocker,
+    framer: BlockFramer,
+    linear_framer: BlockFramer,
+    render_block: Block,
+    capture_block: Block,
+    linear_block: Block,
+    /// One 80-sample half of a 10 ms block, as AEC3's blockers take it.
+    sub_frame: Vec<Vec<Vec<f32>>>,
+    linear_sub_frame: Vec<Vec<Vec<f32>>>,
+}
+
+/// AEC3 works on samples at 16-bit full scale.
+const S16: f32 = 32_768.0;
+
+/// A microphone sample this close to 16-bit full scale counts as clipped (as in sonora).
+const SATURATED: f32 = 32_700.0;
+
+impl Aec3 {
+    fn new(config: &EchoCanceller3Config, linear: bool, extras: Extras) -> Aec3 {
+        let stream = StreamConfig::new(SAMPLE_RATE, 1);
+        let apm = |config| {
+            Box::new(
+                AudioProcessing::builder()
+                    .config(config)
+                    .capture_config(stream)
+                    .render_config(stream)
+                    .build(),
+            )
+        };
+        let before = apm(sonora::Config {
+            high_pass_filter: Some(HighPassFilter::default()),
+            ..sonora::Config::default()
+        });
+        let after = (extras != Extras::default()).then(|| {
+            apm(sonora::Config {
+                noise_suppression: extras.noise_suppression.then(NoiseSuppression::default),
+                gain_controller2: extras.gain_control.then(|| GainController2 {
+                    adaptive_digital: Some(AdaptiveDigital::default()),
+                    ..GainController2::default()
+                }),
+                ..sonora::Config::default()
+            })
+        });
+        // AEC3 panics on some out-of-range settings; its own check brings them into range.
+        let mut config = config.clone();
+        config.validate();
+        Aec3 {
+            processor: BlockProcessor::new(&config, SAMPLE_RATE as usize, 1, 1),
+            before,
+            after,
+            linear,
+            render_blocker: FrameBlocker::new(1, 1),
+            capture_blocker: FrameBlocker::new(1, 1),
+            framer: BlockFramer::new(1, 1),
+            linear_framer: BlockFramer::new(1, 1),
+            render_block: Block::new(1, 1),
+            capture_block: Block::new(1, 1),
+            linear_block: Block::new(1, 1),
+            sub_frame: vec![vec![vec![0.0; SUB_FRAME_LENGTH]]],
+            linear_sub_frame: vec![vec![vec![0.0; SUB_FRAME_LENGTH]]],
+        }
+    }
+
+    fn block(
+        &mut self,
+        render: &[f32; BLOCK],
+        heard: &[f32; BLOCK],
+        out: &mut [f32],
+    ) -> Result<(), EchoError> {
+        for half in render.chunks_exact(SUB_FRAME_LENGTH) {
+            let scaled: Vec<f32> = half.iter().map(|s| s * S16).collect();
+            self.render_blocker
+                .insert_sub_frame_and_extract_block(&[vec![&scaled[..]]], &mut self.render_block);
+            self.processor.buffer_render(&self.render_block);
+        }
+        if self.render_blocker.is_block_available() {
+            self.render_blocker.extract_block(&mut self.render_block);
+            self.processor.buffer_render(&self.render_block);
+        }
+
+        let mut filtered = [0.0f32; BLOCK];
+        self.before
+            .process_capture_f32(&[&heard[..]], &mut [&mut filtered[..]])
+            .map_err(EchoError::Process)?;
+        let capture: Vec<f32> = filtered.iter().map(|s| s * S16).collect();
+        let saturated = capture.iter().any(|s| s.abs() >= SATURATED);
+        for (half, out) in capture
+            .chunks_exact(SUB_FRAME_LENGTH)
+            .zip(out.chunks_exact_mut(SUB_FRAME_LENGTH))
+        {
+            self.capture_blocker
+                .insert_sub_frame_and_extract_block(&[vec![half]], &mut self.capture_block);
+            self.process_capture_block(saturated);
+            self.framer
+                .insert_block_and_extract_sub_frame(&self.capture_block, &mut self.sub_frame);
+            self.linear_framer
+                .insert_block_and_extract_sub_frame(&self.linear_block, &mut self.linear_sub_frame);
+            let done = if self.linear {
+                &self.linear_sub_frame[0][0]
+            } else {
+                &self.sub_frame[0][0]
+            };
+            for (o, s) in out.iter_mut().zip(done) {
+                *o = s / S16;
+            }
+        }
+        if self.capture_blocker.is_block_available() {
+            self.capture_blocker.extract_block(&mut self.capture_block);
+            self.process_capture_block(saturated);
+            self.framer.insert_block(&self.capture_block);
+            self.linear_framer.insert_block(&self.linear_block);
+        }
+        if let Some(after) = &mut self.after {
+            let mut cleaned = [0.0f32; BLOCK];
+            cleaned.copy_from_slice(out);
+            after
+                .process_capture_f32(&[&cleaned[..]], &mut [out])
+                .map_err(EchoError::Process)?;
+        }
+        Ok(())
+    }
+
+    /// One 4 ms block; the linear output starts as the capture, so a block AEC3 skips
+    /// (nothing played yet) passes through on that side as on the other.
+    fn process_capture_block(&mut self, saturated: bool) {
+        self.linear_block
+            .view_mut(0, 0)
+            .copy_from_slice(self.capture_block.view(0, 0));
+        self.processor.process_capture(
+            false,
+            saturated,
+            Some(&mut self.linear_block),
+            &mut self.capture_block,
+        );
+    }
+
+    fn stats(&self) -> (Option<u32>, Option<f64>, Option<f64>) {
+        let metrics = self.processor.get_metrics();
+        (
+            u32::try_from(metrics.delay_ms).ok(),
+            Some(metrics.echo_return_loss_enhancement),
+            Some(metrics.echo_return_loss),
+        )
+    }
+}
+
+/// AEC3's configuration in the daemon: WebRTC's default, tuned so a person speaking over
+/// the reply is let through (see the module docs for why each and what it costs).
+pub fn barge_in_config() -> EchoCanceller3Config {
+    let mut config = EchoCanceller3Config::default();
+    // A linear filter of 100 ms (25 blocks of 4 ms) instead of 52 ms, from the start:
+    // a room's reverberation lasts longer than 52 ms, and what the filter cannot model
+    // the suppressor has to take out, with the person's speech.
+    let filter = &mut config.filter;
+    filter.refined.length_blocks = 25;
+    filter.coarse.length_blocks = 25;
+    filter.refined_initial.length_blocks = 25;
+    filter.coarse_initial.length_blocks = 25;
+    // Out of the cautious initial phase after 1 s of echo instead of 2.5 s.
+    filter.initial_state_seconds = 1.0;
+    // Trust the linear filter's measured echo removal up to 20 dB (low) and 13 dB (high
+    // frequencies) instead of 6 and 1.8 dB, so the suppressor's estimate of the echo left
+    // over follows what the filter does instead of assuming the worst.
+    config.erle.max_l = 100.0;
+    config.erle.max_h = 20.0;
+    // Switch to the suppressor's near-end tuning as soon as the person is louder than
+    // the estimated echo left over (not 6 dB louder), over 6 bands (not 12) and 10 dB
+    // above the noise (not 15), and stay there 400 ms (not 200).
+    let nearend = &mut config.suppressor.dominant_nearend_detection;
+    nearend.enr_threshold = 1.0;
+    nearend.snr_threshold = 10.0;
+    nearend.trigger_threshold = 6;
+    nearend.hold_duration = 100;
+    // In the near-end tuning, suppress only where the estimated echo left over is 3-5x
+    // (low) or 1-2x (high frequencies) the person's level, not about equal to it.
+    let tuning = &mut config.suppressor.nearend_tuning;
+    tuning.mask_lf.enr_transparent = 3.0;
+    tuning.mask_lf.enr_suppress = 5.0;
+    tuning.mask_hf.enr_transparent = 1.0;
+    tuning.mask_hf.enr_suppress = 2.0;
+    config
 }
 
 /// One buffer the speaker wrote: mono, at the device's rate.
@@ -330,7 +558,13 @@ impl std::fmt::Debug for Canceller {
 
 /// A canceller and the reference its speaker feeds.
 pub fn pair() -> Result<(Reference, Canceller), EchoError> {
-    pair_with(Engine::Sonora, Extras::default())
+    pair_with(
+        Engine::Aec3 {
+            config: Box::new(barge_in_config()),
+            linear: false,
+        },
+        Extras::default(),
+    )
 }
 
 /// Like [`pair`] with the AEC3 of `engine` and `extras` after it (benchmarks).
