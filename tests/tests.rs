@@ -34,6 +34,7 @@ mod stt_languages;
 mod vad;
 mod voice;
 mod voice_confirm;
+mod voice_echo;
 mod voice_household;
 mod voice_languages;
 mod voice_pauses;

@@ -86,6 +86,21 @@ output = "spoke_test_speaker"
         spoke
     }
 
+    /// Points the spoke's speaker at a FIFO for [`LiveRoom`](super::live_room::LiveRoom)
+    /// instead of a file; its path.
+    pub fn speaker_in_room(&self) -> PathBuf {
+        let fifo = self.path("speaker.fifo");
+        mouth::make_fifo(&fifo);
+        let rc = mouth::asoundrc(
+            "spoke_test_mic",
+            &self.path("mic.fifo"),
+            "spoke_test_speaker",
+            &fifo,
+        );
+        std::fs::write(self.path("home/.asoundrc"), rc).unwrap();
+        fifo
+    }
+
     /// Makes the spoke use another speech-to-text model.
     pub fn use_model(&self, model: &std::path::Path) {
         let config = std::fs::read_to_string(self.path("config.toml")).unwrap();

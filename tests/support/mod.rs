@@ -8,6 +8,8 @@
 
 pub mod cpu;
 pub mod daemon;
+pub mod kitchen;
+pub mod live_room;
 pub mod llm;
 pub mod mosquitto;
 pub mod mouth;

@@ -1,7 +1,9 @@
 //! The far side of a FIFO microphone: writes 16 kHz mono s16 into an ALSA `file`
 //! device's FIFO at real-time pace, with faint room hiss when there is nothing to say,
 //! and records when the last sample of each utterance went in. Used by `tests/voice.rs`
-//! and `benches/voice.rs`, which run the daemon as its own process.
+//! and `benches/voice.rs`, which run the daemon as its own process. What else the
+//! microphone hears (the spoke's own speaker, `tests/support/live_room.rs`) is added to
+//! each chunk by a [`Background`] on the same thread, so one clock paces both.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -46,6 +48,13 @@ pub fn asoundrc(mic: &str, fifo: &Path, speaker: &str, out: &Path) -> String {
     )
 }
 
+/// Samples per chunk written: 20 ms.
+pub const CHUNK: usize = 320;
+
+/// What the microphone hears besides the person: adds itself to each 20 ms chunk, on
+/// the writing thread, just before the chunk goes into the FIFO.
+pub type Background = Box<dyn FnMut(&mut [f32; CHUNK]) + Send>;
+
 /// Writes into the FIFO until dropped.
 pub struct Mouth {
     queue: Arc<Mutex<VecDeque<(f32, bool)>>>,
@@ -57,6 +66,11 @@ pub struct Mouth {
 impl Mouth {
     /// Starts writing hiss into `fifo`.
     pub fn open(fifo: &Path) -> Mouth {
+        Mouth::open_with(fifo, Box::new(|_| {}))
+    }
+
+    /// [`Mouth::open`], with `background` heard too.
+    pub fn open_with(fifo: &Path, mut background: Background) -> Mouth {
         // Held open read-write so the daemon never sees end-of-file between writes.
         let keep = std::fs::OpenOptions::new()
             .read(true)
@@ -81,18 +95,24 @@ impl Mouth {
             let mut n = 0u64;
             while !st.load(Ordering::SeqCst) {
                 let mut last = false;
-                let chunk: Vec<u8> = {
+                let mut samples = [0.0f32; CHUNK];
+                {
                     let mut q = q.lock().expect("queue");
-                    (0..320u64)
-                        .flat_map(|k| {
-                            let (s, is_last) = q.pop_front().unwrap_or((0.0, false));
-                            last |= is_last;
-                            let hiss = (((n * 320 + k) as f32 * 12.9898).sin() * 43758.547).fract()
-                                * 0.002;
-                            (((s + hiss).clamp(-1.0, 1.0) * 32767.0) as i16).to_le_bytes()
-                        })
-                        .collect()
-                };
+                    for s in &mut samples {
+                        let (said, is_last) = q.pop_front().unwrap_or((0.0, false));
+                        last |= is_last;
+                        *s = said;
+                    }
+                }
+                background(&mut samples);
+                let chunk: Vec<u8> = samples
+                    .iter()
+                    .zip(n * CHUNK as u64..)
+                    .flat_map(|(s, k)| {
+                        let hiss = ((k as f32 * 12.9898).sin() * 43758.547).fract() * 0.002;
+                        (((s + hiss).clamp(-1.0, 1.0) * 32767.0) as i16).to_le_bytes()
+                    })
+                    .collect();
                 let mut written = 0;
                 while written < chunk.len() {
                     match writer.write(&chunk[written..]) {

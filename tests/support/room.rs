@@ -26,15 +26,7 @@ pub fn noise(seed: &mut u64) -> f32 {
 /// What the microphone hears of `render` (16 kHz): the direct sound after `delay_ms` at
 /// `gain`, then reflections decaying by 60 dB in 300 ms; `len` samples.
 pub fn echo_of(render: &[f32], delay_ms: usize, gain: f32, len: usize) -> Vec<f32> {
-    let sr = SAMPLE_RATE as usize;
-    let delay = delay_ms * sr / 1000;
-    let mut seed = 7;
-    let mut taps = vec![(delay, gain)];
-    let tail = sr * 3 / 10;
-    for k in (40..tail).step_by(3) {
-        let decay = (-6.9 * k as f32 / tail as f32).exp();
-        taps.push((delay + k, gain * 0.3 * decay * noise(&mut seed)));
-    }
+    let taps = taps(delay_ms, gain);
     let mut y = vec![0.0f32; len];
     for (i, &s) in render.iter().enumerate() {
         if s == 0.0 {
@@ -47,6 +39,21 @@ pub fn echo_of(render: &[f32], delay_ms: usize, gain: f32, len: usize) -> Vec<f3
         }
     }
     y
+}
+
+/// The room's impulse response at 16 kHz, as (delay in samples, gain) pairs: the direct
+/// sound after `delay_ms` at `gain`, then reflections decaying by 60 dB in 300 ms.
+pub fn taps(delay_ms: usize, gain: f32) -> Vec<(usize, f32)> {
+    let sr = SAMPLE_RATE as usize;
+    let delay = delay_ms * sr / 1000;
+    let mut seed = 7;
+    let mut taps = vec![(delay, gain)];
+    let tail = sr * 3 / 10;
+    for k in (40..tail).step_by(3) {
+        let decay = (-6.9 * k as f32 / tail as f32).exp();
+        taps.push((delay + k, gain * 0.3 * decay * noise(&mut seed)));
+    }
+    taps
 }
 
 /// Plays `render` (16 kHz) through `reference` at 48 kHz, one frame's worth ahead of

@@ -1,0 +1,139 @@
+//! A spoke in a kitchen, for tests and benchmarks of it hearing itself: the real `run`
+//! daemon (real espeak-ng replies, the real echo canceller, the bundled wake word, real
+//! tiny.en weights) whose speaker its own microphone hears through
+//! [`LiveRoom`](super::live_room::LiveRoom), a scripted hub whose every reply is long
+//! enough to be interrupted, and a person saying "hey strawberry, what is the weather
+//! like tomorrow" on cue.
+#![allow(dead_code)] // the test and the benchmark use different parts
+
+use std::time::Duration;
+
+use super::daemon::{Daemon, NotifySocket, Spoke, wake_phrase};
+use super::live_room::{Acoustics, LiveRoom};
+use super::llm::{Reply, ScriptedServer, text_reply};
+use super::mouth::Mouth;
+use super::poll;
+
+/// A generous bound on each step (transcribing, the hub, speaking).
+pub const STEP: Duration = Duration::from_secs(60);
+
+const IDLE: &str = "Listening for \"";
+const WOKEN: &str = "Listening to a command";
+
+/// A shelf speaker a few centimetres from the microphone: its echo is louder at the
+/// microphone than a person across the room.
+pub const SHELF: Acoustics = Acoustics {
+    delay_ms: 20,
+    gain: 0.5,
+};
+
+/// Replies of 8-12 s, long enough to be interrupted. One says the wake phrase itself, one
+/// ends in a question (so the spoke listens for an answer after it).
+pub const REPLIES: [&str; 4] = [
+    "Tomorrow will be sunny in the morning with a light breeze from the west. In the afternoon \
+     clouds gather over the hills and there may be a shower or two before the evening. \
+     The temperature stays around fourteen degrees.",
+    "Your shopping list has eggs, flour, two lemons, a bag of rice, olive oil, tomatoes, \
+     fresh basil and a block of cheese. The second page has washing up liquid and matches. \
+     Shall I read the third page as well?",
+    "The kitchen lights are on at half brightness, the hallway lamp is off, the heating is set \
+     to nineteen degrees, and the back door has been locked since six o'clock this evening.",
+    "Here is a short story. Once upon a time a small robot lived on a kitchen shelf. Whenever \
+     somebody said hey strawberry, it woke up and told them about the weather, and every \
+     evening it read them a story.",
+];
+
+/// The spoke in a kitchen: hub, daemon, room and a person.
+pub struct Kitchen {
+    pub spoke: Spoke,
+    pub hub: ScriptedServer,
+    pub notify: NotifySocket,
+    pub room: LiveRoom,
+    pub mouth: Mouth,
+    pub daemon: Daemon,
+    pub phrase: Vec<f32>,
+}
+
+impl Kitchen {
+    /// A spoke whose every reply is long, `replies` of them, with `extra` config (in its
+    /// `[audio]` section unless it starts another).
+    pub async fn start(replies: usize, extra: &str) -> Kitchen {
+        let script = (0..replies)
+            .map(|i| Reply::Chunks(text_reply(&[REPLIES[i % REPLIES.len()]])))
+            .collect();
+        let hub = ScriptedServer::start(script).await;
+        let spoke = Spoke::new(&hub.url, &[], extra);
+        let speaker = spoke.speaker_in_room();
+        let (room, background) = LiveRoom::open(&speaker, SHELF);
+        let mouth = Mouth::open_with(&spoke.path("mic.fifo"), background);
+        let notify = NotifySocket::bind(&spoke);
+        let daemon = spoke.run(&notify);
+        notify.wait_status(&spoke, IDLE, 0, STEP);
+        Kitchen {
+            spoke,
+            hub,
+            notify,
+            room,
+            mouth,
+            daemon,
+            phrase: wake_phrase("en-gb-x-rp_m1"),
+        }
+    }
+
+    fn statuses(&self) -> usize {
+        self.notify.statuses().len()
+    }
+
+    /// How many times the wake word opened a command outside a reply.
+    pub fn wakes(&self) -> usize {
+        let statuses = self.notify.statuses();
+        statuses.iter().filter(|(_, s)| s == WOKEN).count()
+    }
+
+    /// Says the wake phrase and command `cycles` times, each once the spoke is idle
+    /// again after its reply (played whole: nothing interrupts it).
+    pub fn converse(&self, cycles: usize) {
+        for _ in 0..cycles {
+            let said = self.statuses();
+            self.mouth.say(&self.phrase);
+            let (answering, _) = self
+                .notify
+                .wait_status(&self.spoke, "Answering", said, STEP);
+            self.notify.wait_status(&self.spoke, IDLE, answering, STEP);
+        }
+    }
+
+    /// Barge-in trials: the wake phrase said 3 s into a reply (after 3 s of it heard at
+    /// the microphone). Returns, per trial, whether it interrupted the reply; a missed
+    /// phrase lets the reply play out, and the next trial's reply is asked for in quiet.
+    pub fn barge_in(&self, trials: usize) -> Vec<bool> {
+        let mut results = Vec::with_capacity(trials);
+        let mut said = self.statuses();
+        self.mouth.say(&self.phrase);
+        for _ in 0..trials {
+            self.notify
+                .wait_status(&self.spoke, "Answering", said, STEP);
+            let heard = self.room.heard().audible_chunks;
+            poll::wait_until("3 s of the reply at the microphone", STEP, || {
+                self.room.heard().audible_chunks >= heard + 150
+            });
+            let asked = self.hub.requests().len();
+            said = self.statuses();
+            self.mouth.say(&self.phrase);
+            let interrupted = poll::wait_for("the reply interrupted or over", STEP, || {
+                if self.hub.requests().len() > asked {
+                    return Some(true);
+                }
+                let statuses = self.notify.statuses();
+                let idle = statuses.iter().skip(said).any(|(_, s)| s.starts_with(IDLE));
+                idle.then_some(false)
+            });
+            results.push(interrupted);
+            if !interrupted {
+                said = self.statuses();
+                self.mouth.say(&self.phrase);
+            }
+        }
+        results
+    }
+}

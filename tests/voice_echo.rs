@@ -1,0 +1,30 @@
+//! The spoke hearing itself, end to end: the real `run` daemon's own microphone hears
+//! its speaker through a simulated room at real-time pace (`tests/support/kitchen.rs`).
+//! How often the wake word said during a reply interrupts it is measured, with the
+//! canceller on and off, by `benches/kitchen.rs` (BENCHMARKS.md).
+
+use crate::support::cpu;
+use crate::support::kitchen::Kitchen;
+
+/// Replies heard by the spoke's own microphone: none of them wakes it, and nothing of
+/// them is taken for the person's answer in the follow-up window after each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn its_own_replies_never_wake_it_nor_reach_the_model() {
+    const REPLIES: usize = 6;
+    let _cores = cpu::quiet().await;
+    let kitchen = Kitchen::start(REPLIES, "").await;
+    tokio::task::block_in_place(|| kitchen.converse(REPLIES));
+    let heard = kitchen.room.heard();
+    assert!(
+        heard.audible_chunks >= REPLIES as u64 * 300,
+        "the microphone heard only {heard:?} of {REPLIES} replies"
+    );
+    assert_eq!(kitchen.wakes(), REPLIES, "{}", kitchen.spoke.log());
+    assert_eq!(
+        kitchen.hub.requests().len(),
+        REPLIES,
+        "{}",
+        kitchen.spoke.log()
+    );
+    kitchen.daemon.stop();
+}
