@@ -16,7 +16,9 @@
 //!
 //! `cargo bench --bench kitchen` (after `tests/setup.sh`). `KITCHEN_BENCH_TRIALS`
 //! (default 10) barge-in trials and `KITCHEN_BENCH_REPLIES` (default 50) replies alone
-//! per configuration. It runs in real time: about 40 minutes with the defaults. Under
+//! per configuration; `KITCHEN_BENCH_SETUPS` (comma-separated parts of the setups' names,
+//! e.g. `canceller on`) runs only the setups whose name contains one. It runs in real
+//! time: about an hour with the defaults. Under
 //! `cargo test` this target only checks that its inputs exist.
 
 #[path = "../tests/support/mod.rs"]
@@ -72,7 +74,9 @@ fn main() {
         "| setup | interrupted by the wake word | echo at the mic against the phrase | own replies | woke on them | reached the model |"
     );
     println!("| --- | --- | --- | --- | --- | --- |");
-    for (label, extra, alone) in SETUPS {
+    let wanted = std::env::var("KITCHEN_BENCH_SETUPS").unwrap_or_default();
+    let chosen = |label: &str| wanted.is_empty() || wanted.split(',').any(|w| label.contains(w));
+    for (label, extra, alone) in SETUPS.into_iter().filter(|(label, ..)| chosen(label)) {
         let kitchen = rt.block_on(Kitchen::start(2 * trials + replies + 2, extra));
         let hits = kitchen.barge_in(trials);
         let interrupted = hits.iter().filter(|&&h| h).count();
@@ -104,12 +108,15 @@ fn main() {
     println!();
     println!("| setup | \"stop\" said 1.5 s into a ring stopped it | median ring |");
     println!("| --- | --- | --- |");
-    for (label, cancel) in [("canceller on", true), ("canceller off", false)] {
+    let rings = [("canceller on", true), ("canceller off", false)];
+    for (label, cancel) in rings.into_iter().filter(|(label, _)| chosen(label)) {
         let kitchen = rt.block_on(Kitchen::timers(trials, RING_MS, cancel));
         let mut rang = kitchen.stop_rings(trials);
         rang.sort();
         // A ring "stop" did not end runs its whole length.
-        let stopped = rang.iter().filter(|r| r.as_millis() < u128::from(RING_MS) - 1_000);
+        let stopped = rang
+            .iter()
+            .filter(|r| r.as_millis() < u128::from(RING_MS) - 1_000);
         println!(
             "| {label} | {} of {trials} | {:.1} s |",
             stopped.count(),

@@ -176,7 +176,9 @@ impl Kitchen {
             .map(|_| {
                 let said = self.statuses();
                 self.mouth.say(&self.phrase);
-                let (ringing, at) = self.notify.wait_status(&self.spoke, "Ringing: ", said, STEP);
+                let (ringing, at) = self
+                    .notify
+                    .wait_status(&self.spoke, "Ringing: ", said, STEP);
                 let heard = self.room.heard().audible_chunks;
                 poll::wait_until("1.5 s of the ring at the microphone", STEP, || {
                     self.room.heard().audible_chunks >= heard + 75
