@@ -9,9 +9,9 @@
 use std::time::Duration;
 
 use super::daemon::{Daemon, NotifySocket, Spoke, wake_phrase};
-use super::live_room::{Acoustics, LiveRoom};
+use super::live_room::{Acoustics, Heard, LiveRoom};
 use super::llm::{Reply, ScriptedServer, text_reply};
-use super::mouth::Mouth;
+use super::mouth::{CHUNK, Mouth};
 use super::poll;
 
 /// A generous bound on each step (transcribing, the hub, speaking).
@@ -61,6 +61,27 @@ impl Kitchen {
         let script = (0..replies)
             .map(|i| Reply::Chunks(text_reply(&[REPLIES[i % REPLIES.len()]])))
             .collect();
+        Kitchen::with_script(script, extra).await
+    }
+
+    /// A spoke whose every command sets a 2 s timer, `timers` of them, that rings for
+    /// `ring_ms` unless stopped.
+    pub async fn timers(timers: usize, ring_ms: u64, echo_cancel: bool) -> Kitchen {
+        let script = (0..timers)
+            .flat_map(|_| {
+                [
+                    Reply::Chunks(text_reply(&[
+                        "```rhai\ndevice.TimerSkill.start(2, \"tea\")\n```",
+                    ])),
+                    Reply::Chunks(text_reply(&["Your tea timer is set."])),
+                ]
+            })
+            .collect();
+        let extra = format!("echo_cancel = {echo_cancel}\n[timers]\nring_ms = {ring_ms}");
+        Kitchen::with_script(script, &extra).await
+    }
+
+    async fn with_script(script: Vec<Reply>, extra: &str) -> Kitchen {
         let hub = ScriptedServer::start(script).await;
         let spoke = Spoke::new(&hub.url, &[], extra);
         let speaker = spoke.speaker_in_room();
@@ -82,6 +103,16 @@ impl Kitchen {
 
     fn statuses(&self) -> usize {
         self.notify.statuses().len()
+    }
+
+    /// The person's level as [`Heard::level_db`] takes the echo's: the mean power of the
+    /// wake phrase's audible 20 ms chunks, dB full scale.
+    pub fn phrase_db(&self) -> f64 {
+        let mut heard = Heard::default();
+        for chunk in self.phrase.chunks_exact(CHUNK) {
+            heard.add(chunk);
+        }
+        heard.level_db()
     }
 
     /// How many times the wake word opened a command outside a reply.
@@ -135,5 +166,27 @@ impl Kitchen {
             }
         }
         results
+    }
+
+    /// Stop trials (a [`Kitchen::timers`] spoke): a timer is set by voice, and "stop" is
+    /// said 1.5 s into its ring. Returns, per trial, how long it rang.
+    pub fn stop_rings(&self, trials: usize) -> Vec<Duration> {
+        let stop = self.spoke.espeak("Stop.");
+        (0..trials)
+            .map(|_| {
+                let said = self.statuses();
+                self.mouth.say(&self.phrase);
+                let (ringing, at) = self
+                    .notify
+                    .wait_status(&self.spoke, "Ringing: ", said, STEP);
+                let heard = self.room.heard().audible_chunks;
+                poll::wait_until("1.5 s of the ring at the microphone", STEP, || {
+                    self.room.heard().audible_chunks >= heard + 75
+                });
+                self.mouth.say(&stop);
+                let (_, quiet) = self.notify.wait_status(&self.spoke, IDLE, ringing, STEP);
+                quiet.duration_since(at).unwrap_or_default()
+            })
+            .collect()
     }
 }

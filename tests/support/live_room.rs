@@ -60,6 +60,15 @@ pub struct Heard {
 }
 
 impl Heard {
+    /// Counts `chunk` when it is audible.
+    pub fn add(&mut self, chunk: &[f32]) {
+        let power = chunk.iter().map(|&s| f64::from(s * s)).sum::<f64>() / chunk.len() as f64;
+        if power.sqrt() > f64::from(AUDIBLE_RMS) {
+            self.audible_chunks += 1;
+            self.audible_power += power;
+        }
+    }
+
     /// The echo's mean level while audible, dB full scale.
     pub fn level_db(&self) -> f64 {
         10.0 * (self.audible_power / self.audible_chunks.max(1) as f64 + 1e-12).log10()
@@ -113,23 +122,17 @@ impl LiveRoom {
             converted.clear();
             resampler.push(&mono, &mut converted);
             played.extend(&converted);
-            let mut power = 0.0f64;
-            for s in chunk.iter_mut() {
+            let mut echo = [0.0f32; CHUNK];
+            for (s, e) in chunk.iter_mut().zip(&mut echo) {
                 now = (now + 1) % longest;
                 history[now] = played.pop_front().unwrap_or(0.0);
-                let echo: f32 = taps
+                *e = taps
                     .iter()
                     .map(|&(k, h)| h * history[(now + longest - k) % longest])
                     .sum();
-                power += f64::from(echo) * f64::from(echo);
-                *s += echo;
+                *s += *e;
             }
-            let power = power / CHUNK as f64;
-            if power.sqrt() > f64::from(AUDIBLE_RMS) {
-                let mut heard = shared.lock().expect("heard");
-                heard.audible_chunks += 1;
-                heard.audible_power += power;
-            }
+            shared.lock().expect("heard").add(&echo);
         });
         (LiveRoom { heard }, background)
     }
