@@ -12,8 +12,10 @@
 //!
 //! `cargo bench --bench wake_eval` (WAKE_EVAL_DIR: default
 //! ~/.cache/strawberry/wake/neural/eval; WAKE_EVAL_PREVIOUS: a neural word file, e.g.
-//! the bundled one of an earlier commit, measured too at its three points). Under
-//! `cargo test` it only checks that both bundled words load.
+//! the bundled one of an earlier commit, measured too at its three points;
+//! WAKE_EVAL_CANDIDATE: the same for a word not bundled yet, e.g. what calibrate.py
+//! just chose, so the one held-out run needs no rebuild). Under `cargo test` it only
+//! checks that both bundled words load.
 
 use std::path::{Path, PathBuf};
 
@@ -59,10 +61,16 @@ fn main() {
         ));
     }
     drop(neural);
-    if let Some(path) = std::env::var_os("WAKE_EVAL_PREVIOUS") {
+    for (var, what) in [
+        ("WAKE_EVAL_CANDIDATE", "candidate"),
+        ("WAKE_EVAL_PREVIOUS", "previous"),
+    ] {
+        let Some(path) = std::env::var_os(var) else {
+            continue;
+        };
         for s in [Sensitivity::Low, Sensitivity::Medium, Sensitivity::High] {
-            let word =
-                WakeWord::load(Path::new(&path)).expect("WAKE_EVAL_PREVIOUS: a wake word file");
+            let word = WakeWord::load(Path::new(&path))
+                .unwrap_or_else(|e| panic!("{var}: not a wake word file: {e}"));
             let settings = Settings {
                 sensitivity: s,
                 ..Settings::default()
@@ -70,7 +78,7 @@ fn main() {
             let t = word.threshold(&settings);
             setups.push((
                 format!(
-                    "neural, previous model {}, sensitivity {s:?} (threshold {t:.3})",
+                    "neural, {what} model {}, sensitivity {s:?} (threshold {t:.3})",
                     Path::new(&path).display()
                 ),
                 word,

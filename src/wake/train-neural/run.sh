@@ -38,11 +38,28 @@
 #                           an epoch under load 5-10. It ran 2 epochs of a planned 8, was
 #                           restarted as 6 when the load doubled, and was stopped for
 #                           time after epoch 5 (so the last, lowest-rate epoch never ran)
-#   calibrate.py  ~25 min   measures round 1's model and each round-2 epoch and round-3
-#                           epochs 4-6 on the dev recordings (~3-6 min each; cached, so it
-#                           can run as epochs finish), keeps the best with its
-#                           persistence rule
-# About 3 h 40 min in all. Everything is cached under $WAKE_CACHE (default
+#   calibrate.py  ~25 min   (round 3) measures round 1's model and each round-2 epoch and
+#                           round-3 epochs 4-6 on the dev recordings (~3-6 min each;
+#                           cached, so it can run as epochs finish), keeps the best with
+#                           its persistence rule
+# Round 4 (2026-11-26, 19:41-20:50 UTC, load 5-12 after the first minutes):
+#   gen.py eval-dev  10 s   flite's training voices kal, kal16, awb, slt saying the dev
+#                           phrases, as said and pitched +-3 semitones: the dev split's
+#                           non-espeak timing (part of `gen.py all` on a fresh run)
+#   gen.py tts      40 s    (WAKE_PARAS=2900) 600 more paragraphs
+#   mine.py 3     ~6 min   round 3's hard negatives, with round 3's model, from the
+#                           ~5 h of paragraphs no round heard: stopped for time (load 7,
+#                           other engineers' builds) after 24 of 60 groups, 2.2 h of
+#                           speech, 521 hard stretches (a rerun mines the rest)
+#   train.py      ~41 min   (WAKE_ROUND=4 WAKE_CHANNELS=128) fine-tunes round 3's last
+#                           epoch for 2 epochs (1,207-1,247 s each) with "wake" labels
+#                           twice as long (so every voice's score stays up longer than
+#                           any rule needs) and the new hard negatives, repeated 4 times
+#   calibrate.py  ~30 min   measures round 3's last epoch and round 4's on the dev recordings
+#                           (now with flite), keeps the best; of rules within a point of
+#                           the best, the shortest
+#                           (~8-10 min a model under that load)
+# About 4 h 50 min in all. Everything is cached under $WAKE_CACHE (default
 # ~/.cache/strawberry/wake/neural); a rerun skips what exists, and training resumes
 # from its last finished epoch. Delete the cache directory to start from nothing.
 #
@@ -62,6 +79,9 @@ WAKE_PARAS=2300 nice -n 19 python3 gen.py tts
 nice -n 19 python3 mine.py 2 "$cache/train/hey_strawberry-c64-ft.wake" 1700
 WAKE_ROUND=2 nice -n 19 python3 train.py
 WAKE_ROUND=3 WAKE_CHANNELS=128 WAKE_EPOCHS=6 nice -n 19 python3 train.py
+r3=$(ls -v "$cache"/train/hey_strawberry-c128-r3-e*.wake | tail -n 1)  # round 3's last epoch
+WAKE_PARAS=2900 nice -n 19 python3 gen.py tts
+WAKE_CHANNELS=128 nice -n 19 python3 mine.py 3 "$r3" 2300
+WAKE_ROUND=4 WAKE_CHANNELS=128 nice -n 19 python3 train.py
 nice -n 19 python3 calibrate.py "$repo/src/wake/hey_strawberry.wake" "$repo/tests/wake/neural-check" \
-  "$cache/train/hey_strawberry-c64-ft.wake" "$cache"/train/hey_strawberry-c64-ft2-e*.wake \
-  "$cache"/train/hey_strawberry-c128-r3-e[4-6].wake
+  "$r3" "$cache"/train/hey_strawberry-c128-r4-e*.wake
