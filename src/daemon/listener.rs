@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 
 use crate::audio::{FRAME_SAMPLES, Frame, PreRoll, ms_to_samples};
 use crate::stt::Transcript;
-use crate::vad::{Endpoint, Endpointer, VadSettings};
+use crate::vad::{Endpoint, Endpointer, Room, VadSettings};
 use crate::wake::{Detection, Detector};
 
 /// Kept around the speech when it is cut out for Whisper, which does better with a
@@ -160,6 +160,11 @@ pub struct Listener {
     /// Stream position just past the last frame seen.
     position: u64,
     levels: Levels,
+    /// The room as the end-of-speech detector hears it: what a command must be louder than.
+    room: Room,
+    /// How loud the last wake phrase was ([`Room::speaker_db`]): a follow-up window has no
+    /// phrase of its own, and is most likely answered by the same person.
+    speaker_db: Option<f64>,
 }
 
 impl Listener {
@@ -172,6 +177,8 @@ impl Listener {
             state: State::Waiting,
             position: 0,
             levels: Levels::default(),
+            room: Room::default(),
+            speaker_db: None,
         }
     }
 
@@ -199,12 +206,15 @@ impl Listener {
         let (held_from, held) = self.preroll.contents();
         let keep = ms_to_samples(FOLLOW_UP_LEAD_MS).min(held.len());
         let audio = held[held.len() - keep..].to_vec();
-        let mut endpointer = Endpointer::new(&vad);
+        let offset = held_from + (held.len() - keep) as u64;
+        // The room before the window (not the lead-in, which may hold the answer's start).
+        let bar = self.room.bar_db(offset, self.speaker_db);
+        let mut endpointer = Endpointer::new(&vad).with_bar(bar);
         let decided = endpointer.push(&audio);
         debug_assert!(decided.is_none());
         self.state = State::Command {
             endpointer: Box::new(endpointer),
-            offset: held_from + (held.len() - keep) as u64,
+            offset,
             audio,
         };
     }
@@ -220,6 +230,7 @@ impl Listener {
         self.position = frame.end();
         self.preroll.push(frame);
         self.levels.push(frame);
+        self.room.push(&frame.samples, frame.end());
         match &mut self.state {
             State::Waiting => {
                 // The detector counts only what it was given; it skipped the commands
@@ -284,8 +295,15 @@ impl Listener {
     }
 
     /// The command starts where the wake word ended; what came since is in the pre-roll.
+    /// The command must be louder than the room before the phrase, within reach of the
+    /// phrase's own level.
     fn start_command(&mut self, detection: &Detection) {
-        let mut endpointer = Endpointer::new(&self.vad);
+        let speaker = self.room.speaker_db(detection.start, detection.end);
+        if speaker.is_some() {
+            self.speaker_db = speaker;
+        }
+        let bar = self.room.bar_db(detection.start, speaker);
+        let mut endpointer = Endpointer::new(&self.vad).with_bar(bar);
         let (held_from, held) = self.preroll.contents();
         let from = detection.end.max(held_from);
         let skip = usize::try_from(from - held_from)
