@@ -261,16 +261,17 @@ fn loud_rms(samples: &[f32]) -> f32 {
 
 /// Each test command in a window the listener opens without the wake word (as for a
 /// follow-up answer) 1 s into `background` (`below_db` under the command, a different
-/// stretch per command, running through); how many were decided within 1 s after the
-/// end of their last word (not before it, nor cut at the length limit), and a report.
-fn commands_over(background: &[f32], below_db: f32) -> (usize, usize, String) {
+/// stretch per command, running through). Each command's end decided, seconds after
+/// the end of its last word (`None`: cut at the length limit, or no command), and a
+/// report.
+fn commands_over(background: &[f32], below_db: f32) -> (Vec<Option<f64>>, String) {
     use strawberry_spoke::audio::wav::frames;
     use strawberry_spoke::daemon::listener::{Heard, Listener};
     use strawberry_spoke::wake::{Detector, Settings, WakeWord};
 
     let word = WakeWord::bundled().unwrap();
     let clips = stt::clips();
-    let mut within = 0;
+    let mut decided = Vec::new();
     let mut report = String::new();
     for (n, clip) in clips.iter().enumerate() {
         let clean = read_wav_16k(&clip.wav).unwrap().0;
@@ -296,44 +297,58 @@ fn commands_over(background: &[f32], below_db: f32) -> (usize, usize, String) {
         match heard {
             Some(Heard::Command(command)) => {
                 let late = (command.decided_at as f64 - true_end as f64) / RATE;
-                let ok = !command.cut && (0.0..=1.0).contains(&late);
-                within += usize::from(ok);
+                decided.push((!command.cut).then_some(late));
                 report.push_str(&format!(
                     "{name}: decided {late:+.2} s after the last word{}\n",
                     if command.cut { ", cut at the length limit" } else { "" }
                 ));
             }
-            other => report.push_str(&format!("{name}: {other:?}\n")),
+            other => {
+                decided.push(None);
+                report.push_str(&format!("{name}: {other:?}\n"));
+            }
         }
     }
-    (within, clips.len(), report)
+    (decided, report)
 }
 
 #[test]
 fn end_of_speech_over_other_people_talking_within_a_second() {
     let dir = tempfile::tempdir().unwrap();
-    let (within, of, report) = commands_over(&babble(dir.path()), 5.0);
+    let (decided, report) = commands_over(&babble(dir.path()), 5.0);
     eprintln!("{report}");
-    // A pause between words can be longer than the hangover here (words that end
-    // quietly are under the babble): the voice loop's "sounds finished" judge is
-    // for those, and this detector has none.
-    assert!(within * 10 >= of * 9, "{within} of {of} within 1 s\n{report}");
+    // Every command ends, none more than 1 s after its last word.
+    assert!(
+        decided.iter().all(|d| d.is_some_and(|d| d <= 1.0)),
+        "{report}"
+    );
+    // Most within 1 s of it. The rest end earlier: their quiet last words ("... at
+    // six", 20 dB under the command's loudest) are under the babble, inaudible to any
+    // detector that goes by level.
+    let within = decided.iter().flatten().filter(|d| d.abs() <= 1.0).count();
+    assert!(within * 4 >= decided.len() * 3, "{within} within 1 s\n{report}");
 }
 
 #[test]
 fn end_of_speech_over_music_within_a_second() {
     let dir = tempfile::tempdir().unwrap();
-    let (within, of, report) = commands_over(&music(dir.path()), 10.0);
+    let (decided, report) = commands_over(&music(dir.path()), 10.0);
     eprintln!("{report}");
-    assert!(within * 10 >= of * 9, "{within} of {of} within 1 s\n{report}");
+    assert!(
+        decided.iter().all(|d| d.is_some_and(|d| d.abs() <= 1.0)),
+        "{report}"
+    );
 }
 
 #[test]
 fn end_of_speech_in_pink_noise_through_the_listener_unchanged() {
     // The room's bar must not bite in steady noise: the noise floor decides there, as
-    // it did before the bar (`end_of_speech_in_pink_noise_within_half_a_second`).
+    // in `end_of_speech_in_pink_noise_within_half_a_second`.
     let dir = tempfile::tempdir().unwrap();
-    let (within, of, report) = commands_over(&pink_noise(dir.path(), 30), 10.0);
+    let (decided, report) = commands_over(&pink_noise(dir.path(), 30), 10.0);
     eprintln!("{report}");
-    assert_eq!(within, of, "{report}");
+    assert!(
+        decided.iter().all(|d| d.is_some_and(|d| (0.0..=0.5).contains(&d))),
+        "{report}"
+    );
 }
