@@ -235,9 +235,7 @@ impl Detector {
         } else {
             self.threshold_db
         };
-        db > SPEECH_MIN_DB
-            && db > floor + threshold
-            && self.bar_db.is_none_or(|bar| smoothed > bar)
+        db > SPEECH_MIN_DB && db > floor + threshold && self.bar_db.is_none_or(|bar| smoothed > bar)
     }
 }
 
@@ -705,10 +703,7 @@ mod tests {
         };
         // The floor alone: the bursts stand far over their dips, the utterance never ends.
         let got = Endpointer::new(&s).push(&audio);
-        assert!(
-            matches!(got, Some(Endpoint::MaxLength { .. })),
-            "{got:?}"
-        );
+        assert!(matches!(got, Some(Endpoint::MaxLength { .. })), "{got:?}");
         let mut e = Endpointer::new(&s).with_bar(room.bar_db(16_000, None));
         let Some(Endpoint::Speech {
             end, detected_at, ..

@@ -255,7 +255,10 @@ fn loud_rms(samples: &[f32]) -> f32 {
         .map(|f| (f.iter().map(|s| s * s).sum::<f32>() / f.len() as f32).sqrt())
         .collect();
     let loudest = frames.iter().copied().fold(0.0, f32::max);
-    let loud: Vec<f32> = frames.into_iter().filter(|f| *f >= loudest * 0.0316).collect();
+    let loud: Vec<f32> = frames
+        .into_iter()
+        .filter(|f| *f >= loudest * 0.0316)
+        .collect();
     (loud.iter().map(|f| f * f).sum::<f32>() / loud.len().max(1) as f32).sqrt()
 }
 
@@ -300,7 +303,11 @@ fn commands_over(background: &[f32], below_db: f32) -> (Vec<Option<f64>>, String
                 decided.push((!command.cut).then_some(late));
                 report.push_str(&format!(
                     "{name}: decided {late:+.2} s after the last word{}\n",
-                    if command.cut { ", cut at the length limit" } else { "" }
+                    if command.cut {
+                        ", cut at the length limit"
+                    } else {
+                        ""
+                    }
                 ));
             }
             other => {
@@ -326,7 +333,10 @@ fn end_of_speech_over_other_people_talking_within_a_second() {
     // six", 20 dB under the command's loudest) are under the babble, inaudible to any
     // detector that goes by level.
     let within = decided.iter().flatten().filter(|d| d.abs() <= 1.0).count();
-    assert!(within * 4 >= decided.len() * 3, "{within} within 1 s\n{report}");
+    assert!(
+        within * 4 >= decided.len() * 3,
+        "{within} within 1 s\n{report}"
+    );
 }
 
 #[test]
@@ -348,7 +358,9 @@ fn end_of_speech_in_pink_noise_through_the_listener_unchanged() {
     let (decided, report) = commands_over(&pink_noise(dir.path(), 30), 10.0);
     eprintln!("{report}");
     assert!(
-        decided.iter().all(|d| d.is_some_and(|d| (0.0..=0.5).contains(&d))),
+        decided
+            .iter()
+            .all(|d| d.is_some_and(|d| (0.0..=0.5).contains(&d))),
         "{report}"
     );
 }

@@ -165,6 +165,8 @@ pub struct Listener {
     /// How loud the last wake phrase was ([`Room::speaker_db`]): a follow-up window has no
     /// phrase of its own, and is most likely answered by the same person.
     speaker_db: Option<f64>,
+    /// The bar of the last woken command: the room before anyone spoke to the spoke.
+    wake_bar: Option<f64>,
 }
 
 impl Listener {
@@ -179,6 +181,7 @@ impl Listener {
             levels: Levels::default(),
             room: Room::default(),
             speaker_db: None,
+            wake_bar: None,
         }
     }
 
@@ -207,8 +210,13 @@ impl Listener {
         let keep = ms_to_samples(FOLLOW_UP_LEAD_MS).min(held.len());
         let audio = held[held.len() - keep..].to_vec();
         let offset = held_from + (held.len() - keep) as u64;
-        // The room before the window (not the lead-in, which may hold the answer's start).
-        let bar = self.room.bar_db(offset, self.speaker_db);
+        // The room before the window (not the lead-in, which may hold the answer's start),
+        // but no higher than before the last wake phrase: a window opens after a reply, and
+        // what the microphone heard of it is not the room.
+        let bar = self
+            .room
+            .bar_db(offset, self.speaker_db)
+            .map(|bar| self.wake_bar.map_or(bar, |wake| bar.min(wake)));
         let mut endpointer = Endpointer::new(&vad).with_bar(bar);
         let decided = endpointer.push(&audio);
         debug_assert!(decided.is_none());
@@ -303,6 +311,7 @@ impl Listener {
             self.speaker_db = speaker;
         }
         let bar = self.room.bar_db(detection.start, speaker);
+        self.wake_bar = bar;
         let mut endpointer = Endpointer::new(&self.vad).with_bar(bar);
         let (held_from, held) = self.preroll.contents();
         let from = detection.end.max(held_from);
@@ -422,6 +431,63 @@ mod tests {
         let heard: Vec<Heard> = frames(&audio, 0).filter_map(|f| l.push(&f)).collect();
         assert_eq!(heard.len(), 1, "{heard:?}");
         assert!(matches!(heard[0], Heard::NoSpeech { at } if (15_000..18_000).contains(&at)));
+    }
+
+    #[test]
+    fn a_follow_up_after_a_loud_reply_is_judged_against_the_room_before_the_wake_phrase() {
+        let tone = |n: usize, amp: f32| -> Vec<f32> {
+            (0..n).map(|i| amp * (i as f32 * 0.2).sin()).collect()
+        };
+        // Bursts 20 dB apart every 200 ms: what the microphone hears of the spoke's reply.
+        let reply = |seconds: usize, seed: &mut u32| -> Vec<f32> {
+            (0..seconds * 16_000 / 3200)
+                .flat_map(|k| noise(3200, if k % 2 == 0 { 0.5 } else { 0.05 }, seed))
+                .collect()
+        };
+        let hear = |woken: bool| {
+            let mut l = listener();
+            let mut seed = 11;
+            let push = |l: &mut Listener, samples: &[f32]| -> Vec<Heard> {
+                let at = l.position();
+                frames(samples, at).filter_map(|f| l.push(&f)).collect()
+            };
+            // A quiet room, then the wake phrase (the detector's verdict is given here).
+            push(&mut l, &noise(32_000, 0.002, &mut seed));
+            push(&mut l, &tone(16_000, 0.3));
+            if woken {
+                l.start_command(&Detection {
+                    name: "test".into(),
+                    score: 1.0,
+                    avg_score: 1.0,
+                    start: 32_000,
+                    end: 48_000,
+                    fired_at: 48_000,
+                    frames: 1,
+                    proximity_db: 0.0,
+                });
+                l.cancel();
+            }
+            push(&mut l, &reply(2, &mut seed));
+            // The answer, 10 dB under the phrase: clear of the quiet room, not of the reply.
+            l.listen(3_000);
+            let start = l.position();
+            let mut heard = push(&mut l, &noise(3200, 0.002, &mut seed));
+            heard.extend(push(&mut l, &tone(16_000, 0.095)));
+            heard.extend(push(&mut l, &noise(32_000, 0.002, &mut seed)));
+            (heard, start + 3200, start + 3200 + 16_000)
+        };
+        let (heard, start, end) = hear(true);
+        let [Heard::Command(c)] = heard.as_slice() else {
+            panic!("{heard:?}")
+        };
+        assert!(c.start.abs_diff(start) <= 1600, "{} {start}", c.start);
+        assert!(c.end.abs_diff(end) <= 3200, "{} {end}", c.end);
+        // Without a wake phrase to go by, the reply is taken for the room.
+        let (heard, _, _) = hear(false);
+        assert!(
+            matches!(heard.as_slice(), [Heard::NoSpeech { .. }]),
+            "{heard:?}"
+        );
     }
 
     #[test]
