@@ -247,21 +247,6 @@ fn music(dir: &Path) -> Vec<f32> {
     read_wav_16k(&path).unwrap().0
 }
 
-/// RMS over the 20 ms frames within 30 dB of the loudest: the level of the sound, not
-/// of its pauses.
-fn loud_rms(samples: &[f32]) -> f32 {
-    let frames: Vec<f32> = samples
-        .chunks(320)
-        .map(|f| (f.iter().map(|s| s * s).sum::<f32>() / f.len() as f32).sqrt())
-        .collect();
-    let loudest = frames.iter().copied().fold(0.0, f32::max);
-    let loud: Vec<f32> = frames
-        .into_iter()
-        .filter(|f| *f >= loudest * 0.0316)
-        .collect();
-    (loud.iter().map(|f| f * f).sum::<f32>() / loud.len().max(1) as f32).sqrt()
-}
-
 /// Each test command in a window the listener opens without the wake word (as for a
 /// follow-up answer) 1 s into `background` (`below_db` under the command, a different
 /// stretch per command, running through). Each command's end decided, seconds after
@@ -283,7 +268,7 @@ fn commands_over(background: &[f32], below_db: f32) -> (Vec<Option<f64>>, String
         let mut audio = padded(&clean, lead, 4.0, None);
         let from = (n * 7919) % (background.len() - audio.len());
         let part = &background[from..from + audio.len()];
-        let gain = loud_rms(&clean) / loud_rms(part) / 10f32.powf(below_db / 20.0);
+        let gain = stt::speech_rms(&clean) / stt::speech_rms(part) / 10f32.powf(below_db / 20.0);
         for (x, b) in audio.iter_mut().zip(part) {
             *x = (*x + b * gain).clamp(-1.0, 1.0);
         }
