@@ -24,13 +24,18 @@
 //! the room ([`Room`]), and an utterance's frames must also clear a bar set from it: the
 //! 95th percentile of the room's level smoothed over 160 ms (its loud moments, not its
 //! dips) plus 2 dB, taken over the room before the wake phrase (or before a follow-up
-//! window), and never more than 5 dB under the wake phrase's own level, so a background
-//! as loud as the speaker cannot make them inaudible (it then keeps the utterance open, as
-//! before). Speech is judged on the level smoothed over 160 ms against that bar, so one
+//! window, but no higher than the last wake phrase's bar: the seconds before a follow-up
+//! hold the spoke's own reply), and never more than 5 dB under the wake phrase's own level,
+//! so a background as loud as the speaker cannot make them inaudible (it then keeps the
+//! utterance open, as before). Speech is judged on the level smoothed over 160 ms against that bar, so one
 //! loud frame of babble does not restart the silence count. In a quiet room or steady
 //! noise the bar is under the floor's threshold and changes nothing. The constants were
 //! set on the tests' espeak-ng commands over babble of three other espeak-ng voices and
-//! sox music (`tests/vad.rs`), then measured once on the benchmark's held-out voices.
+//! sox music (`tests/vad.rs`), then measured once on the benchmark's held-out voices:
+//! over music 41 of 48 commands were decided within 1 s of the last word and none ran to
+//! the limit; over babble none ran to the limit either (WER 365% to 93%), but the end was
+//! judged a median 0.6 s early: quiet last syllables 5 dB under babble are under its loud
+//! moments too, which no level can hear. Quiet and steady-noise rooms did not change.
 //! A model-based detector (Silero, WebRTC's) would tell speech from music better, but not
 //! this speaker from other people talking, which is the level's job either way.
 //!
