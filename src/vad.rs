@@ -375,7 +375,7 @@ impl Endpointer {
     /// Speech must also clear `bar_db` (dBFS, from [`Room::bar_db`]; `None`: the noise
     /// floor alone decides).
     pub fn with_bar(mut self, bar_db: Option<f64>) -> Endpointer {
-        self.detector.bar_db = bar_db;
+        self.detector = self.detector.with_bar(bar_db);
         self
     }
 
