@@ -9,6 +9,7 @@ use std::process::Command;
 
 use strawberry_spoke::stt::audio;
 
+pub use crate::support::stt::speech_rms as rms;
 use crate::support::stt::{Clip, cache_dir, clips_in};
 
 /// The held-out voices' clips (`benches/stt_voices.sh`, made on first use): the commands
@@ -139,20 +140,6 @@ pub fn reverb(input: &Path, output: &Path) {
         "50",
         "80",
     ]);
-}
-
-/// The RMS of the speech in `samples`: over 20 ms frames within 30 dB of the loudest.
-pub fn rms(samples: &[f32]) -> f32 {
-    let frames: Vec<f32> = samples
-        .chunks(320)
-        .map(|f| (f.iter().map(|s| s * s).sum::<f32>() / f.len() as f32).sqrt())
-        .collect();
-    let loudest = frames.iter().copied().fold(0.0, f32::max);
-    let speech: Vec<f32> = frames
-        .into_iter()
-        .filter(|f| *f >= loudest * 0.0316)
-        .collect();
-    (speech.iter().map(|f| f * f).sum::<f32>() / speech.len().max(1) as f32).sqrt()
 }
 
 pub fn read(wav: &Path) -> Vec<f32> {

@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 
 use crate::audio::{FRAME_SAMPLES, Frame, PreRoll, ms_to_samples};
 use crate::stt::Transcript;
-use crate::vad::{Endpoint, Endpointer, VadSettings};
+use crate::vad::{Endpoint, Endpointer, Room, VadSettings};
 use crate::wake::{Detection, Detector};
 
 /// Kept around the speech when it is cut out for Whisper, which does better with a
@@ -160,6 +160,13 @@ pub struct Listener {
     /// Stream position just past the last frame seen.
     position: u64,
     levels: Levels,
+    /// The room as the end-of-speech detector hears it: what a command must be louder than.
+    room: Room,
+    /// How loud the last wake phrase was ([`Room::speaker_db`]): a follow-up window has no
+    /// phrase of its own, and is most likely answered by the same person.
+    speaker_db: Option<f64>,
+    /// The bar of the last woken command: the room before anyone spoke to the spoke.
+    wake_bar: Option<f64>,
 }
 
 impl Listener {
@@ -172,6 +179,9 @@ impl Listener {
             state: State::Waiting,
             position: 0,
             levels: Levels::default(),
+            room: Room::default(),
+            speaker_db: None,
+            wake_bar: None,
         }
     }
 
@@ -199,12 +209,20 @@ impl Listener {
         let (held_from, held) = self.preroll.contents();
         let keep = ms_to_samples(FOLLOW_UP_LEAD_MS).min(held.len());
         let audio = held[held.len() - keep..].to_vec();
-        let mut endpointer = Endpointer::new(&vad);
+        let offset = held_from + (held.len() - keep) as u64;
+        // The room before the window (not the lead-in, which may hold the answer's start),
+        // but no higher than before the last wake phrase: a window opens after a reply, and
+        // what the microphone heard of it is not the room.
+        let bar = self
+            .room
+            .bar_db(offset, self.speaker_db)
+            .map(|bar| self.wake_bar.map_or(bar, |wake| bar.min(wake)));
+        let mut endpointer = Endpointer::new(&vad).with_bar(bar);
         let decided = endpointer.push(&audio);
         debug_assert!(decided.is_none());
         self.state = State::Command {
             endpointer: Box::new(endpointer),
-            offset: held_from + (held.len() - keep) as u64,
+            offset,
             audio,
         };
     }
@@ -220,6 +238,7 @@ impl Listener {
         self.position = frame.end();
         self.preroll.push(frame);
         self.levels.push(frame);
+        self.room.push(&frame.samples, frame.end());
         match &mut self.state {
             State::Waiting => {
                 // The detector counts only what it was given; it skipped the commands
@@ -284,8 +303,16 @@ impl Listener {
     }
 
     /// The command starts where the wake word ended; what came since is in the pre-roll.
+    /// The command must be louder than the room before the phrase, within reach of the
+    /// phrase's own level.
     fn start_command(&mut self, detection: &Detection) {
-        let mut endpointer = Endpointer::new(&self.vad);
+        let speaker = self.room.speaker_db(detection.start, detection.end);
+        if speaker.is_some() {
+            self.speaker_db = speaker;
+        }
+        let bar = self.room.bar_db(detection.start, speaker);
+        self.wake_bar = bar;
+        let mut endpointer = Endpointer::new(&self.vad).with_bar(bar);
         let (held_from, held) = self.preroll.contents();
         let from = detection.end.max(held_from);
         let skip = usize::try_from(from - held_from)
@@ -404,6 +431,63 @@ mod tests {
         let heard: Vec<Heard> = frames(&audio, 0).filter_map(|f| l.push(&f)).collect();
         assert_eq!(heard.len(), 1, "{heard:?}");
         assert!(matches!(heard[0], Heard::NoSpeech { at } if (15_000..18_000).contains(&at)));
+    }
+
+    #[test]
+    fn a_follow_up_after_a_loud_reply_is_judged_against_the_room_before_the_wake_phrase() {
+        let tone = |n: usize, amp: f32| -> Vec<f32> {
+            (0..n).map(|i| amp * (i as f32 * 0.2).sin()).collect()
+        };
+        // Bursts 20 dB apart every 200 ms: what the microphone hears of the spoke's reply.
+        let reply = |seconds: usize, seed: &mut u32| -> Vec<f32> {
+            (0..seconds * 16_000 / 3200)
+                .flat_map(|k| noise(3200, if k % 2 == 0 { 0.5 } else { 0.05 }, seed))
+                .collect()
+        };
+        let hear = |woken: bool| {
+            let mut l = listener();
+            let mut seed = 11;
+            let push = |l: &mut Listener, samples: &[f32]| -> Vec<Heard> {
+                let at = l.position();
+                frames(samples, at).filter_map(|f| l.push(&f)).collect()
+            };
+            // A quiet room, then the wake phrase (the detector's verdict is given here).
+            push(&mut l, &noise(32_000, 0.002, &mut seed));
+            push(&mut l, &tone(16_000, 0.3));
+            if woken {
+                l.start_command(&Detection {
+                    name: "test".into(),
+                    score: 1.0,
+                    avg_score: 1.0,
+                    start: 32_000,
+                    end: 48_000,
+                    fired_at: 48_000,
+                    frames: 1,
+                    proximity_db: 0.0,
+                });
+                l.cancel();
+            }
+            push(&mut l, &reply(2, &mut seed));
+            // The answer, 10 dB under the phrase: clear of the quiet room, not of the reply.
+            l.listen(3_000);
+            let start = l.position();
+            let mut heard = push(&mut l, &noise(3200, 0.002, &mut seed));
+            heard.extend(push(&mut l, &tone(16_000, 0.095)));
+            heard.extend(push(&mut l, &noise(32_000, 0.002, &mut seed)));
+            (heard, start + 3200, start + 3200 + 16_000)
+        };
+        let (heard, start, end) = hear(true);
+        let [Heard::Command(c)] = heard.as_slice() else {
+            panic!("{heard:?}")
+        };
+        assert!(c.start.abs_diff(start) <= 1600, "{} {start}", c.start);
+        assert!(c.end.abs_diff(end) <= 3200, "{} {end}", c.end);
+        // Without a wake phrase to go by, the reply is taken for the room.
+        let (heard, _, _) = hear(false);
+        assert!(
+            matches!(heard.as_slice(), [Heard::NoSpeech { .. }]),
+            "{heard:?}"
+        );
     }
 
     #[test]

@@ -213,3 +213,18 @@ pub fn word_error_rate<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) 
     }
     errors as f64 / words.max(1) as f64
 }
+
+/// The RMS of the sound in `samples`, not of its pauses: over the 20 ms frames within
+/// 30 dB of the loudest.
+pub fn speech_rms(samples: &[f32]) -> f32 {
+    let frames: Vec<f32> = samples
+        .chunks(320)
+        .map(|f| (f.iter().map(|s| s * s).sum::<f32>() / f.len() as f32).sqrt())
+        .collect();
+    let loudest = frames.iter().copied().fold(0.0, f32::max);
+    let loud: Vec<f32> = frames
+        .into_iter()
+        .filter(|f| *f >= loudest * 0.0316)
+        .collect();
+    (loud.iter().map(|f| f * f).sum::<f32>() / loud.len().max(1) as f32).sqrt()
+}
