@@ -12,32 +12,32 @@
 //! alternative; it decides per frame only, so the hangover, floor tracking and timeouts
 //! below would be needed around it all the same.
 //!
-//! Why the room's bar as well: the floor is the quietest frame, right for a fan or a
-//! hum, wrong for a background that talks or plays music. Other people talking and music
-//! have dips, so the floor sits in them and the background itself stands the
-//! continuation threshold (6 dB) above it almost all the time: in the rooms benchmark
+//! Why the room's bar as well: the floor is the quietest frame, right for a fan or a hum,
+//! wrong for a background that talks or plays music. Other people talking and music have
+//! dips, so the floor sits in them and the background itself stands the continuation
+//! threshold (6 dB) above it almost all the time: in the rooms benchmark
 //! (`benches/rooms.rs`, BENCHMARKS.md "Noise through the whole chain") not one command over
 //! babble 5 dB below the speaker, and 6 of 48 over music 10 dB below, ended before
-//! `max_utterance_ms` (15 s), and Whisper then transcribed 15 s of babble (365% WER).
-//! What tells the speaker from other people talking is that they are louder, nearer.
-//! So whoever hears the stream before an utterance (the listener) keeps the last 3 s of
-//! the room ([`Room`]), and an utterance's frames must also clear a bar set from it: the
-//! 95th percentile of the room's level smoothed over 160 ms (its loud moments, not its
-//! dips) plus 2 dB, taken over the room before the wake phrase (or before a follow-up
-//! window, but no higher than the last wake phrase's bar: the seconds before a follow-up
-//! hold the spoke's own reply), and never more than 5 dB under the wake phrase's own level,
-//! so a background as loud as the speaker cannot make them inaudible (it then keeps the
-//! utterance open, as before). Speech is judged on the level smoothed over 160 ms against that bar, so one
-//! loud frame of babble does not restart the silence count. In a quiet room or steady
-//! noise the bar is under the floor's threshold and changes nothing. The constants were
-//! set on the tests' espeak-ng commands over babble of three other espeak-ng voices and
-//! sox music (`tests/vad.rs`), then measured once on the benchmark's held-out voices:
-//! over music 41 of 48 commands were decided within 1 s of the last word and none ran to
-//! the limit; over babble none ran to the limit either (WER 365% to 93%), but the end was
-//! judged a median 0.6 s early: quiet last syllables 5 dB under babble are under its loud
-//! moments too, which no level can hear. Quiet and steady-noise rooms did not change.
-//! A model-based detector (Silero, WebRTC's) would tell speech from music better, but not
-//! this speaker from other people talking, which is the level's job either way.
+//! `max_utterance_ms` (15 s), and Whisper then transcribed 15 s of babble (365% WER). What
+//! tells the speaker from other people talking is that they are louder, nearer. So whoever
+//! hears the stream before an utterance (the listener) keeps the last 3 s of the room
+//! ([`Room`]), and an utterance's frames must also clear a bar set from it: the 95th
+//! percentile of the room's level smoothed over 160 ms (its loud moments, not its dips)
+//! plus 2 dB, taken over the room before the wake phrase (or before a follow-up window, but
+//! no higher than the last wake phrase's bar: the seconds before a follow-up hold the
+//! spoke's own reply), and never more than 5 dB under the wake phrase's own level, so a
+//! background as loud as the speaker cannot make them inaudible (it then keeps the
+//! utterance open, as before). Speech is judged on the level smoothed over 160 ms against
+//! that bar, so one loud frame of babble does not restart the silence count. In a quiet
+//! room or steady noise the bar is under the floor's threshold and changes nothing. The
+//! constants were set on the tests' espeak-ng commands over babble of three other espeak-ng
+//! voices and sox music (`tests/vad.rs`), then measured once on the benchmark's held-out
+//! voices: over music 41 of 48 commands were decided within 1 s of the last word and none
+//! ran to the limit; over babble none ran to the limit either (WER 365% to 93%), but the
+//! end was judged a median 0.6 s early: quiet last syllables 5 dB under babble are under
+//! its loud moments too, which no level can hear. Quiet and steady-noise rooms did not
+//! change. A model-based detector (Silero, WebRTC's) would tell speech from music better,
+//! but not this speaker from other people talking, which is the level's job either way.
 //!
 //! An utterance ends in one of three ways ([`Endpoint`]): speech followed by
 //! `hangover_ms` of non-speech; nothing that sounds like speech within
