@@ -381,7 +381,10 @@ impl Aec3 {
         out: &mut [f32],
     ) -> Result<(), EchoError> {
         for half in render.chunks_exact(SUB_FRAME_LENGTH) {
-            let scaled: Vec<f32> = half.iter().map(|s| s * S16).collect();
+            let mut scaled = [0.0f32; SUB_FRAME_LENGTH];
+            for (to, s) in scaled.iter_mut().zip(half) {
+                *to = s * S16;
+            }
             self.render_blocker
                 .insert_sub_frame_and_extract_block(&[vec![&scaled[..]]], &mut self.render_block);
             self.processor.buffer_render(&self.render_block);
@@ -395,7 +398,7 @@ impl Aec3 {
         self.before
             .process_capture_f32(&[&heard[..]], &mut [&mut filtered[..]])
             .map_err(EchoError::Process)?;
-        let capture: Vec<f32> = filtered.iter().map(|s| s * S16).collect();
+        let capture = filtered.map(|s| s * S16);
         let saturated = capture.iter().any(|s| s.abs() >= SATURATED);
         for (half, out) in capture
             .chunks_exact(SUB_FRAME_LENGTH)
