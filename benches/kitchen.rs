@@ -17,7 +17,9 @@
 //! `cargo bench --bench kitchen` (after `tests/setup.sh`). `KITCHEN_BENCH_TRIALS`
 //! (default 10) barge-in trials and `KITCHEN_BENCH_REPLIES` (default 50) replies alone
 //! per configuration; `KITCHEN_BENCH_SETUPS` (comma-separated parts of the setups' names,
-//! e.g. `canceller on`) runs only the setups whose name contains one. It runs in real
+//! e.g. `canceller on`, or `ring` for the stop trials alone) runs only the setups whose
+//! name contains one; with `KITCHEN_BENCH_LOGS` (a directory) each setup's daemon log is
+//! kept there, for a look at what it heard. It runs in real
 //! time: about an hour with the defaults. Under
 //! `cargo test` this target only checks that its inputs exist.
 
@@ -25,7 +27,7 @@
 #[allow(dead_code, reason = "a benchmark uses a few of the test helpers")]
 mod support;
 
-use support::kitchen::Kitchen;
+use support::kitchen::{self, Kitchen};
 use support::mouth::wake_phrase;
 use support::stt::cache_dir;
 
@@ -54,6 +56,20 @@ fn count(var: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// Keeps the daemon's log of the setup `label` in `KITCHEN_BENCH_LOGS`, if set.
+fn keep_log(kitchen: &Kitchen, label: &str) {
+    if let Ok(dir) = std::env::var("KITCHEN_BENCH_LOGS") {
+        let name: String = label
+            .chars()
+            .map(|c| if c.is_alphanumeric() { c } else { '-' })
+            .collect();
+        let path = std::path::Path::new(&dir).join(format!("{name}.log"));
+        if let Err(error) = std::fs::write(&path, kitchen.spoke.log()) {
+            eprintln!("{}: {error}", path.display());
+        }
+    }
 }
 
 fn main() {
@@ -103,25 +119,23 @@ fn main() {
         println!(
             "| {label} | {interrupted} of {trials} | {echo:+.1} dB | {shown} | {woke} | {asked} |"
         );
+        keep_log(&kitchen, label);
         kitchen.daemon.stop();
     }
     println!();
     println!("| setup | \"stop\" said 1.5 s into a ring stopped it | median ring |");
     println!("| --- | --- | --- |");
-    let rings = [("canceller on", true), ("canceller off", false)];
+    let rings = [("ring, canceller on", true), ("ring, canceller off", false)];
     for (label, cancel) in rings.into_iter().filter(|(label, _)| chosen(label)) {
         let kitchen = rt.block_on(Kitchen::timers(trials, RING_MS, cancel));
         let mut rang = kitchen.stop_rings(trials);
         rang.sort();
-        // A ring "stop" did not end runs its whole length.
-        let stopped = rang
-            .iter()
-            .filter(|r| r.as_millis() < u128::from(RING_MS) - 1_000);
         println!(
             "| {label} | {} of {trials} | {:.1} s |",
-            stopped.count(),
+            kitchen::stopped(&rang, RING_MS),
             rang[rang.len() / 2].as_secs_f64()
         );
+        keep_log(&kitchen, label);
         kitchen.daemon.stop();
     }
 }

@@ -456,7 +456,7 @@ impl Chain<'_> {
                     return outcome;
                 }
                 Some(Heard::NoSpeech { .. }) => return outcome,
-                None => {}
+                Some(Heard::Speaking { .. }) | None => {}
             }
         }
         outcome

@@ -92,7 +92,7 @@ const BACKGROUND_PERCENTILE: f64 = 0.95;
 const BACKGROUND_MARGIN_DB: f64 = 2.0;
 
 /// The bar is never above the speaker's own level (their wake phrase) minus this.
-const BELOW_SPEAKER_DB: f64 = 5.0;
+pub const BELOW_SPEAKER_DB: f64 = 5.0;
 
 /// Once speech has started, frames need this much less above the floor to continue
 /// it (hysteresis keeps quiet word endings inside the utterance).
@@ -397,9 +397,9 @@ impl Endpointer {
         self.done.clone()
     }
 
-    /// Whether speech has started.
-    pub fn speech_started(&self) -> bool {
-        self.start.is_some()
+    /// Where speech started (samples from the first pushed), once it has.
+    pub fn start(&self) -> Option<u64> {
+        self.start
     }
 
     /// Speech start and end when the speaker has paused long enough for a look at the
@@ -445,8 +445,16 @@ impl Endpointer {
                 if speech {
                     self.speech_run += 1;
                     if self.speech_run >= MIN_SPEECH_FRAMES {
-                        let run = u64::from(self.speech_run) * FRAME_SAMPLES as u64;
-                        self.start = Some(self.position - run);
+                        // The bar holds a level smoothed over SMOOTH_FRAMES, which clears it
+                        // up to that much after the word began (and the soft "st" of "stop"
+                        // never does): the start goes back by as much.
+                        let lag = if self.detector.bar_db.is_some() {
+                            SMOOTH_FRAMES as u64
+                        } else {
+                            0
+                        };
+                        let run = (u64::from(self.speech_run) + lag) * FRAME_SAMPLES as u64;
+                        self.start = Some(self.position.saturating_sub(run));
                         self.last_speech_end = self.position;
                     }
                 } else {
@@ -551,7 +559,7 @@ mod tests {
         audio.extend(vec![0.0; 16_000]);
         let mut e = Endpointer::new(&settings());
         assert_eq!(e.push(&audio), None);
-        assert!(!e.speech_started());
+        assert_eq!(e.start(), None);
     }
 
     /// Pushes `audio` frame by frame, collecting pauses; the endpoint and the pauses.
@@ -718,6 +726,48 @@ mod tests {
         };
         assert!(end.abs_diff(voice_end) <= 3200, "{end}");
         assert!(detected_at - voice_end <= 16_000, "{detected_at}");
+    }
+
+    #[test]
+    fn under_a_bar_a_word_starts_where_it_rose_out_of_the_floor() {
+        // A quiet room, then a soft 120 ms onset ("st") under the bar and a loud vowel
+        // over it: the smoothed level clears the bar only well into the vowel.
+        let mut audio = vec![0.0; 16_000];
+        let onset = audio.len() as u64;
+        audio.extend(tone(0.12, 0.01));
+        audio.extend(tone(0.3, 0.3));
+        audio.extend(vec![0.0; 16_000]);
+        let bar = Some(db(0.3f64.powi(2) / 2.0) - 5.0);
+        let start_with = |bar| {
+            let mut e = Endpointer::new(&settings()).with_bar(bar);
+            match e.push(&audio) {
+                Some(Endpoint::Speech { start, .. }) => start,
+                other => panic!("{other:?}"),
+            }
+        };
+        let floor_only = start_with(None);
+        assert!(floor_only.abs_diff(onset) <= 640, "{floor_only} {onset}");
+        // Some of the onset before the vowel is kept; the rest is in the margin a command
+        // is cut with.
+        let vowel = onset + 1920;
+        let barred = start_with(bar);
+        assert!(
+            barred + 640 <= vowel && barred + 640 >= onset,
+            "{barred} {onset}"
+        );
+        // Never further back than the smoothing explains: half a second of a hum over the
+        // floor before the word does not become part of it.
+        let mut hummed = vec![0.0; 16_000];
+        hummed.extend(tone(0.5, 0.01));
+        let word = hummed.len() as u64;
+        hummed.extend(tone(0.3, 0.3));
+        hummed.extend(vec![0.0; 16_000]);
+        let mut e = Endpointer::new(&settings()).with_bar(bar);
+        let Some(Endpoint::Speech { start, .. }) = e.push(&hummed) else {
+            panic!("{:?}", e.push(&[]));
+        };
+        let most = word - (MIN_SPEECH_FRAMES as u64 + SMOOTH_FRAMES as u64) * FRAME_SAMPLES as u64;
+        assert!(start >= most && start < word, "{start} {word}");
     }
 
     #[test]

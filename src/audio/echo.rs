@@ -274,6 +274,14 @@ impl Processor {
         }
     }
 
+    /// Whether the linear filter's output comes out (AEC3 driven here only: the others
+    /// have no such output).
+    fn set_linear(&mut self, linear: bool) {
+        if let Processor::Aec3(aec3) = self {
+            aec3.linear = linear;
+        }
+    }
+
     /// Delay (ms), echo return loss enhancement and echo return loss (dB).
     fn stats(&self) -> (Option<u32>, Option<f64>, Option<f64>) {
         match self {
@@ -621,6 +629,16 @@ impl Canceller {
         }
         self.check();
         Ok(())
+    }
+
+    /// Hears the linear filter's output (`true`) instead of the residual echo
+    /// suppressor's, until told otherwise. For a moment where every sound of the person
+    /// matters more than the last of the echo: while both talk, the suppressor takes a
+    /// soft consonant along with the echo ("st" of "stop" said over a ring), and the
+    /// linear output keeps it, with more of the echo left in. Only the AEC3 driven here
+    /// has that output; the other engines ignore this.
+    pub fn set_linear(&mut self, linear: bool) {
+        self.processor.set_linear(linear);
     }
 
     /// What AEC3 reports now.

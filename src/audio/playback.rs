@@ -3,10 +3,14 @@
 //!
 //! Why open per reply: on a Pi the output is often shared through `dmix`, and a
 //! stream held open forever keeps the card busy and burns a core on some drivers;
-//! an unpaced device (ALSA's `file`/`null`, used in tests) would spin. The stream is
-//! closed once the queue has run dry and a short tail of silence has been written,
-//! counted in samples rather than wall time, so a real card has played what it was
-//! given and an unpaced one closes at once. The callback never blocks: it `try_lock`s
+//! an unpaced device (ALSA's `file`/`null`, used in tests) would spin. The speaker is
+//! done ([`Output::busy`] false) once the queue has run dry and a short tail of silence
+//! has been written; the stream stays open a few seconds longer ([`LINGER`]), both
+//! counted in samples rather than wall time, so a real card has played what it was given
+//! and an unpaced one closes at once. Why linger: every open starts the card's buffers
+//! anew and moves the delay between playing and hearing by a few ms, which the echo
+//! canceller must find again while the echo gets through; a ring every few seconds, or
+//! a ring right after a reply, would start each time with its echo barely cancelled. The callback never blocks: it `try_lock`s
 //! the queue and writes silence if it is contended. A missing or failing output is
 //! logged with the outputs that exist; what was to be played is dropped, and the next
 //! reply tries again. Nothing here panics on what the device does.
@@ -24,8 +28,12 @@ use cpal::traits::{DeviceTrait, HostTrait, StreamTrait};
 use super::echo::Reference;
 use super::resample::resample;
 
-/// Silence written after the last sample before the stream is closed.
+/// Silence written after the last sample before the speaker counts as done.
 const TAIL: Duration = Duration::from_millis(250);
+
+/// Silence written after the last sample before the stream is closed: longer than the
+/// gap between two rings of a timer (`daemon::ringing::RING_GAP`).
+const LINGER: Duration = Duration::from_millis(3_000);
 
 /// Where speech and cues go: the speaker, or a file.
 pub trait Output: Send + Sync {
@@ -46,8 +54,12 @@ pub trait Output: Send + Sync {
 struct Shared {
     /// Mono samples at the open device's rate.
     queue: Mutex<VecDeque<f32>>,
-    /// Something is queued or the stream is open.
-    busy: AtomicBool,
+    /// Play requests made, and those the player thread has queued (or dropped): any
+    /// in between are on their way.
+    requested: AtomicU64,
+    handled: AtomicU64,
+    /// Something queued has not yet been followed by [`TAIL`] of silence.
+    sounding: AtomicBool,
     /// Silent samples written since the queue ran dry.
     silence: AtomicU64,
     first_audio: Mutex<Option<Instant>>,
@@ -102,7 +114,7 @@ impl Output for Player {
         if samples.is_empty() {
             return;
         }
-        self.shared.busy.store(true, Ordering::SeqCst);
+        self.shared.requested.fetch_add(1, Ordering::SeqCst);
         let generation = self.shared.generation.load(Ordering::SeqCst);
         if let Some(tx) = &self.requests {
             let _ = tx.send(Request::Play(samples.to_vec(), rate, generation));
@@ -115,7 +127,11 @@ impl Output for Player {
     }
 
     fn busy(&self) -> bool {
-        self.shared.busy.load(Ordering::SeqCst)
+        // `handled` first: the player thread sets `sounding` before it counts a request
+        // handled, so a request counted here is seen sounding, and one not yet is pending.
+        let handled = self.shared.handled.load(Ordering::SeqCst);
+        let sounding = self.shared.sounding.load(Ordering::SeqCst);
+        sounding || self.shared.requested.load(Ordering::SeqCst) != handled
     }
 
     fn first_audio(&self) -> Option<Instant> {
@@ -188,54 +204,66 @@ impl Owner {
                     }
                 }
             } else {
-                self.shared.busy.store(false, Ordering::SeqCst);
+                self.shared.sounding.store(false, Ordering::SeqCst);
                 match self.requests.recv() {
                     Ok(r) => Some(r),
                     Err(_) => return,
                 }
             };
             if let Some(Request::Play(samples, rate, generation)) = request {
-                if open.is_none() {
-                    match self.open() {
-                        Ok(o) => open = Some(o),
-                        Err(error) => {
-                            tracing::warn!("{error}; the reply is not played");
-                            continue;
-                        }
-                    }
-                }
-                if let Some(o) = &open {
-                    let mut out = match resample(&samples, rate, o.rate) {
-                        Ok(out) => out,
-                        Err(error) => {
-                            tracing::warn!("{error}; the reply is not played");
-                            continue;
-                        }
-                    };
-                    for s in &mut out {
-                        *s = (*s * self.volume).clamp(-1.0, 1.0);
-                    }
-                    if generation == self.shared.generation.load(Ordering::SeqCst) {
-                        lock(&self.shared.queue).extend(out);
-                        self.shared.silence.store(0, Ordering::SeqCst);
-                    }
-                }
+                self.queue(&mut open, &samples, rate, generation);
+                self.shared.handled.fetch_add(1, Ordering::SeqCst);
             }
             let Some(o) = &open else { continue };
             if let Ok(message) = o.errors.try_recv() {
                 tracing::warn!(device = %o.device, "audio output failed: {message}; closing it");
                 o.report_underruns();
                 lock(&self.shared.queue).clear();
+                self.shared.sounding.store(false, Ordering::SeqCst);
                 open = None;
                 continue;
             }
-            let tail = u64::from(o.rate) * TAIL.as_millis() as u64 / 1000;
+            let samples_of = |d: Duration| u64::from(o.rate) * d.as_millis() as u64 / 1000;
             let drained = lock(&self.shared.queue).is_empty();
-            if drained && self.shared.silence.load(Ordering::SeqCst) >= tail {
+            let silence = self.shared.silence.load(Ordering::SeqCst);
+            if drained && silence >= samples_of(TAIL) {
+                self.shared.sounding.store(false, Ordering::SeqCst);
+            }
+            if drained && silence >= samples_of(LINGER) {
                 o.report_underruns();
                 tracing::debug!(device = %o.device, "audio output closed");
                 open = None;
             }
+        }
+    }
+
+    /// Queues `samples` for the output, opening it first if it is closed; drops them
+    /// (logged) when it cannot be opened or they were stopped meanwhile.
+    fn queue(&self, open: &mut Option<Open>, samples: &[f32], rate: u32, generation: u64) {
+        if open.is_none() {
+            match self.open() {
+                Ok(o) => *open = Some(o),
+                Err(error) => {
+                    tracing::warn!("{error}; the reply is not played");
+                    return;
+                }
+            }
+        }
+        let Some(o) = open else { return };
+        let mut out = match resample(samples, rate, o.rate) {
+            Ok(out) => out,
+            Err(error) => {
+                tracing::warn!("{error}; the reply is not played");
+                return;
+            }
+        };
+        for s in &mut out {
+            *s = (*s * self.volume).clamp(-1.0, 1.0);
+        }
+        if generation == self.shared.generation.load(Ordering::SeqCst) {
+            lock(&self.shared.queue).extend(out);
+            self.shared.silence.store(0, Ordering::SeqCst);
+            self.shared.sounding.store(true, Ordering::SeqCst);
         }
     }
 

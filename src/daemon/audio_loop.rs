@@ -18,6 +18,8 @@ use crate::audio::{Capture, CaptureStatus};
 pub(super) enum Control {
     /// Listen for a command without the wake word, for this many milliseconds.
     Listen(u64),
+    /// The same, over a ring ([`Listener::listen_over_ring`]).
+    ListenOverRing(u64),
     /// Stop listening for a command; wait for the wake word.
     Cancel,
     /// The command paused at this stream position sounds finished.
@@ -45,6 +47,7 @@ impl AudioLoop {
             while let Ok(control) = self.control.try_recv() {
                 match control {
                     Control::Listen(ms) => self.listener.listen(ms),
+                    Control::ListenOverRing(ms) => self.listener.listen_over_ring(ms),
                     Control::Cancel => self.listener.cancel(),
                     Control::Finish(end) => {
                         if let Some(heard) = self.listener.finish(end)
@@ -62,6 +65,9 @@ impl AudioLoop {
             {
                 Ok(mut frame) => {
                     if let Some(echo) = &mut self.echo {
+                        // Over a ring, "stop" must reach Whisper whole; the listener's
+                        // bar keeps the echo the suppressor would have taken out.
+                        echo.set_linear(self.listener.over_ring());
                         echo.process(&mut frame);
                     }
                     if let Some(heard) = self.listener.push(&frame)

@@ -230,7 +230,9 @@ impl Conversation {
         let length = Duration::from_millis(self.settings.ring_ms);
         self.ringing = Some(Ringing::new(line, Instant::now(), length));
         self.play_ring();
-        let _ = self.control.send(Control::Listen(self.settings.ring_ms));
+        let _ = self
+            .control
+            .send(Control::ListenOverRing(self.settings.ring_ms));
     }
 
     fn play_ring(&mut self) {
@@ -266,14 +268,17 @@ impl Conversation {
         }
     }
 
-    /// After an utterance that was not "stop", listen again for the rest of the ring.
+    /// After an utterance (while it is checked for "stop") or silence, listen again for
+    /// the rest of the ring.
     fn listen_while_ringing(&mut self) {
         if let Some(left) = self
             .ringing
             .as_ref()
             .and_then(|ringing| ringing.window_left(Instant::now()))
         {
-            let _ = self.control.send(Control::Listen(left.as_millis() as u64));
+            let _ = self
+                .control
+                .send(Control::ListenOverRing(left.as_millis() as u64));
         }
     }
 
@@ -293,7 +298,7 @@ impl Conversation {
         at: Instant,
         turn: &mut Option<Turn>,
         queued: &mut Option<(Command, Instant)>,
-        stop_check: &mut Option<JoinHandle<bool>>,
+        stop_checks: &mut JoinSet<bool>,
     ) {
         let heard = match self.guess.attach(heard) {
             // Its transcript is being made: wait for it instead of making another.
@@ -325,14 +330,22 @@ impl Conversation {
             Route::CheckStop(command) => {
                 let pipeline = self.pipeline.clone();
                 let stopped = self.stop.clone();
-                *stop_check = Some(tokio::spawn(async move {
+                stop_checks.spawn(async move {
                     tokio::select! {
                         _ = stopped.cancelled() => false,
                         said = pipeline.says_stop(command) => said,
                     }
-                }));
+                });
+                // A "stop" said while this is transcribed is heard too.
+                self.listen_while_ringing();
             }
             Route::ListenOn => self.listen_while_ringing(),
+            Route::Hush => {
+                if self.ringing.is_some() && self.pipeline.speaker().busy() {
+                    tracing::info!("someone speaks over the ring: it makes way");
+                    self.pipeline.speaker().stop();
+                }
+            }
             Route::Wake {
                 detection,
                 stop_ringing,
@@ -496,7 +509,7 @@ impl Conversation {
         let mut turn: Option<Turn> = None;
         let mut queued: Option<(Command, Instant)> = None;
         // Transcribing what was heard while ringing, to see whether it was "stop".
-        let mut stop_check: Option<JoinHandle<bool>> = None;
+        let mut stop_checks: JoinSet<bool> = JoinSet::new();
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         loop {
             let round_ends = self.round.as_ref().map(|r| r.decide_at);
@@ -507,25 +520,23 @@ impl Conversation {
                     self.later.push_back(item);
                     self.deliver(turn.is_some());
                 }
-                said_stop = async { stop_check.as_mut().expect("guarded").await }, if stop_check.is_some() => {
-                    stop_check = None;
-                    if said_stop.unwrap_or(false) {
+                Some(said_stop) = stop_checks.join_next(), if !stop_checks.is_empty() => {
+                    if said_stop.unwrap_or(false) && self.ringing.is_some() {
                         self.stop_ringing("stop phrase");
+                        let _ = self.control.send(Control::Cancel);
                         self.pipeline.speaker().cue(Cue::Done);
                         self.show(&idle);
                         self.deliver(turn.is_some());
-                    } else {
-                        self.listen_while_ringing();
                     }
                 }
                 heard = self.heard.recv() => {
                     let Some((heard, at)) = heard else { break };
-                    self.on_heard(heard, at, &mut turn, &mut queued, &mut stop_check);
+                    self.on_heard(heard, at, &mut turn, &mut queued, &mut stop_checks);
                 }
                 Some(command) = self.paused.recv() => self.judge(command),
                 Some((end, transcript)) = self.judged.recv() => {
                     if let Some((heard, at)) = self.judged(end, transcript) {
-                        self.on_heard(heard, at, &mut turn, &mut queued, &mut stop_check);
+                        self.on_heard(heard, at, &mut turn, &mut queued, &mut stop_checks);
                     }
                 }
                 Some(claim) = next_claim(&mut self.arbiter) => {
@@ -535,7 +546,7 @@ impl Conversation {
                 }
                 _ = sleep_until_some(round_ends), if round_ends.is_some() => {
                     for (heard, at) in self.decide(&mut turn) {
-                        self.on_heard(heard, at, &mut turn, &mut queued, &mut stop_check);
+                        self.on_heard(heard, at, &mut turn, &mut queued, &mut stop_checks);
                     }
                 }
                 outcome = async { turn.as_mut().map(|t| &mut t.task).expect("guarded").await }, if turn.is_some() => {
@@ -587,9 +598,7 @@ impl Conversation {
         if let Some(t) = turn {
             self.stop_turn(t);
         }
-        if let Some(check) = stop_check {
-            let _ = check.await;
-        }
+        while stop_checks.join_next().await.is_some() {}
         self.pipeline.speaker().stop();
         while self.ending.join_next().await.is_some() {}
     }

@@ -32,6 +32,11 @@ impl EchoStage {
         }
     }
 
+    /// Whether the linear filter's output is heard ([`Canceller::set_linear`]).
+    pub fn set_linear(&mut self, linear: bool) {
+        self.canceller.set_linear(linear);
+    }
+
     /// Takes the echo out of `frame`. A block AEC3 rejects is passed on as heard.
     pub fn process(&mut self, frame: &mut Frame) {
         if let Err(error) = self.canceller.process(frame) {

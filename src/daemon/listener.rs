@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 
 use crate::audio::{FRAME_SAMPLES, Frame, PreRoll, ms_to_samples};
 use crate::stt::Transcript;
-use crate::vad::{Endpoint, Endpointer, Room, VadSettings};
+use crate::vad::{self, Endpoint, Endpointer, Room, VadSettings};
 use crate::wake::{Detection, Detector};
 
 /// Kept around the speech when it is cut out for Whisper, which does better with a
@@ -35,6 +35,12 @@ pub enum Heard {
     /// Nobody spoke after the wake word (or in a follow-up window).
     NoSpeech {
         /// Where the wait ended.
+        at: u64,
+    },
+    /// Someone started speaking over the spoke's ring ([`Listener::listen_over_ring`]):
+    /// the ring makes way, so the rest of what they say is heard without it.
+    Speaking {
+        /// Where the speech started.
         at: u64,
     },
 }
@@ -148,6 +154,10 @@ enum State {
         /// Stream position of `audio[0]` (the endpointer counts from there).
         offset: u64,
         audio: Vec<f32>,
+        /// A window over a ring ([`Listener::listen_over_ring`]).
+        over_ring: bool,
+        /// Says [`Heard::Speaking`] when speech starts (over a ring, once).
+        announce: bool,
     },
 }
 
@@ -190,6 +200,17 @@ impl Listener {
         matches!(self.state, State::Waiting)
     }
 
+    /// Whether it listens over a ring ([`listen_over_ring`](Self::listen_over_ring)).
+    pub fn over_ring(&self) -> bool {
+        matches!(
+            self.state,
+            State::Command {
+                over_ring: true,
+                ..
+            }
+        )
+    }
+
     /// Stream position just past the last frame given.
     pub fn position(&self) -> u64 {
         self.position
@@ -198,6 +219,21 @@ impl Listener {
     /// Listens for a command now, without the wake word, giving up after `no_speech_ms`
     /// of silence (a follow-up answer).
     pub fn listen(&mut self, no_speech_ms: u64) {
+        self.open_window(no_speech_ms, false);
+    }
+
+    /// Listens for "stop" while the spoke's ring plays, giving up after `no_speech_ms` of
+    /// silence. What is left of the ring's echo after the canceller comes and goes with
+    /// its words, tens of dB over a quiet room, and would open utterances of its own that
+    /// swallow the person's word; it stays well under a person speaking to the spoke, so
+    /// here speech must be within [`vad::BELOW_SPEAKER_DB`] of the last wake phrase's
+    /// level (the room's bar when no phrase was heard). Speech that starts is reported
+    /// ([`Heard::Speaking`]) so the ring can make way for it.
+    pub fn listen_over_ring(&mut self, no_speech_ms: u64) {
+        self.open_window(no_speech_ms, true);
+    }
+
+    fn open_window(&mut self, no_speech_ms: u64, over_ring: bool) {
         // The window must outlast the lead-in it starts with, or it would end at once.
         let vad = VadSettings {
             no_speech_timeout_ms: no_speech_ms.max(FOLLOW_UP_LEAD_MS + 200),
@@ -213,10 +249,14 @@ impl Listener {
         // The room before the window (not the lead-in, which may hold the answer's start),
         // but no higher than before the last wake phrase: a window opens after a reply, and
         // what the microphone heard of it is not the room.
-        let bar = self
+        let room = self
             .room
             .bar_db(offset, self.speaker_db)
             .map(|bar| self.wake_bar.map_or(bar, |wake| bar.min(wake)));
+        let bar = match self.speaker_db {
+            Some(speaker) if over_ring => Some(speaker - vad::BELOW_SPEAKER_DB),
+            _ => room,
+        };
         let mut endpointer = Endpointer::new(&vad).with_bar(bar);
         let decided = endpointer.push(&audio);
         debug_assert!(decided.is_none());
@@ -224,6 +264,8 @@ impl Listener {
             endpointer: Box::new(endpointer),
             offset,
             audio,
+            over_ring,
+            announce: over_ring,
         };
     }
 
@@ -257,9 +299,17 @@ impl Listener {
                 endpointer,
                 offset,
                 audio,
+                announce,
+                ..
             } => {
                 audio.extend_from_slice(&frame.samples);
-                let endpoint = endpointer.push(&frame.samples)?;
+                let Some(endpoint) = endpointer.push(&frame.samples) else {
+                    let start = endpointer.start().filter(|_| *announce)?;
+                    *announce = false;
+                    return Some(Heard::Speaking {
+                        at: *offset + start,
+                    });
+                };
                 let (offset, audio) = (*offset, std::mem::take(audio));
                 self.cancel();
                 Some(finish(endpoint, offset, &audio))
@@ -275,6 +325,7 @@ impl Listener {
             endpointer,
             offset,
             audio,
+            ..
         } = &mut self.state
         else {
             return None;
@@ -292,6 +343,7 @@ impl Listener {
             endpointer,
             offset,
             audio,
+            ..
         } = &mut self.state
         else {
             return None;
@@ -324,6 +376,8 @@ impl Listener {
             endpointer: Box::new(endpointer),
             offset: from,
             audio,
+            over_ring: false,
+            announce: false,
         };
         // A command cannot end inside the few hundred milliseconds of pre-roll after
         // the wake word (the no-speech timeout is far longer), so `decided` is None.

@@ -44,6 +44,8 @@ pub(super) enum Route {
     CheckStop(Command),
     /// Silence while a timer rings: listen on for the rest of the ring.
     ListenOn,
+    /// Someone started speaking over the ring: it makes way for them.
+    Hush,
     /// The wake word; a ring in progress stops first.
     Wake {
         /// What the detector found.
@@ -64,6 +66,8 @@ pub(super) fn route(now: &Situation, heard: Heard) -> Route {
     let start = match &heard {
         Heard::Command(command) => Some(command.start),
         Heard::NoSpeech { at } => Some(*at),
+        // Only a window over a ring says this, and nothing else waits on it.
+        Heard::Speaking { .. } => return Route::Hush,
         Heard::Woke(_) => None,
     };
     let after_lost_round = now
@@ -78,7 +82,7 @@ pub(super) fn route(now: &Situation, heard: Heard) -> Route {
         match heard {
             Heard::Command(command) => return Route::Answer(Some(command)),
             Heard::NoSpeech { .. } => return Route::Answer(None),
-            Heard::Woke(_) => {}
+            Heard::Woke(_) | Heard::Speaking { .. } => {}
         }
     }
     if now.round {
@@ -95,6 +99,7 @@ pub(super) fn route(now: &Situation, heard: Heard) -> Route {
         Heard::Command(command) if now.turn => Route::Queue(command),
         Heard::Command(command) => Route::Start(command),
         Heard::NoSpeech { .. } => Route::Idle,
+        Heard::Speaking { .. } => Route::Hush,
     }
 }
 
@@ -225,6 +230,7 @@ mod tests {
             Route::Hold(_) => "hold",
             Route::CheckStop(_) => "check stop",
             Route::ListenOn => "listen on",
+            Route::Hush => "hush",
             Route::Wake {
                 stop_ringing: false,
                 ..
@@ -311,7 +317,7 @@ mod tests {
     }
 
     #[test]
-    fn while_ringing_speech_is_checked_for_stop_and_the_wake_word_stops_it() {
+    fn while_ringing_speech_hushes_it_and_is_checked_for_stop_and_the_wake_word_stops_it() {
         let ringing = Situation {
             ringing: true,
             ..Situation::default()
@@ -319,6 +325,7 @@ mod tests {
         assert_eq!(to(&ringing, command(0)), "check stop");
         assert_eq!(to(&ringing, silence(0)), "listen on");
         assert_eq!(to(&ringing, woke()), "stop ringing, wake");
+        assert_eq!(to(&ringing, Heard::Speaking { at: 0 }), "hush");
         // After the wake word, the command is a command, not a stop check.
         let woken = Situation {
             listening: true,

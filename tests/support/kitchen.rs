@@ -190,3 +190,11 @@ impl Kitchen {
             .collect()
     }
 }
+
+/// How many of the rings [`Kitchen::stop_rings`] timed were stopped: one nobody stopped
+/// runs its whole `ring_ms`.
+pub fn stopped(rang: &[Duration], ring_ms: u64) -> usize {
+    rang.iter()
+        .filter(|r| r.as_millis() < u128::from(ring_ms) - 1_000)
+        .count()
+}
