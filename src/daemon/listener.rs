@@ -258,6 +258,9 @@ impl Listener {
             _ => room,
         };
         let mut endpointer = Endpointer::new(&vad).with_bar(bar);
+        if over_ring {
+            endpointer = endpointer.starting_early();
+        }
         let decided = endpointer.push(&audio);
         debug_assert!(decided.is_none());
         self.state = State::Command {
@@ -542,6 +545,55 @@ mod tests {
             matches!(heard.as_slice(), [Heard::NoSpeech { .. }]),
             "{heard:?}"
         );
+    }
+
+    #[test]
+    fn over_a_ring_only_someone_as_loud_as_the_last_speaker_is_heard_and_announced() {
+        let tone = |n: usize, amp: f32| -> Vec<f32> {
+            (0..n).map(|i| amp * (i as f32 * 0.2).sin()).collect()
+        };
+        let mut l = listener();
+        let mut seed = 13;
+        let push = |l: &mut Listener, samples: &[f32]| -> Vec<Heard> {
+            let at = l.position();
+            frames(samples, at).filter_map(|f| l.push(&f)).collect()
+        };
+        // A quiet room, a wake phrase at 0.3, its command over.
+        push(&mut l, &noise(32_000, 0.002, &mut seed));
+        push(&mut l, &tone(16_000, 0.3));
+        l.start_command(&Detection {
+            name: "test".into(),
+            score: 1.0,
+            avg_score: 1.0,
+            start: 32_000,
+            end: 48_000,
+            fired_at: 48_000,
+            frames: 1,
+            proximity_db: 0.0,
+        });
+        l.cancel();
+        push(&mut l, &noise(16_000, 0.002, &mut seed));
+        l.listen_over_ring(4_000);
+        assert!(l.over_ring());
+        // What is left of the ring's echo, 15 dB under the speaker: not speech here.
+        let residual = push(&mut l, &tone(24_000, 0.05));
+        assert!(residual.is_empty(), "{residual:?}");
+        // The speaker again: announced once when it starts, then the command.
+        let start = l.position();
+        let mut heard = push(&mut l, &tone(8_000, 0.3));
+        heard.extend(push(&mut l, &noise(16_000, 0.002, &mut seed)));
+        let [Heard::Speaking { at }, Heard::Command(c)] = heard.as_slice() else {
+            panic!("{heard:?}")
+        };
+        assert!(at.abs_diff(start) <= 3200, "{at} {start}");
+        assert_eq!(*at, c.start);
+        assert!(!l.over_ring());
+        // A follow-up window hears the same residual as speech (its bar is the room's).
+        l.listen(4_000);
+        assert!(!l.over_ring());
+        let mut heard = push(&mut l, &tone(24_000, 0.05));
+        heard.extend(push(&mut l, &noise(16_000, 0.002, &mut seed)));
+        assert!(matches!(heard.as_slice(), [Heard::Command(_)]), "{heard:?}");
     }
 
     #[test]
