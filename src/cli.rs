@@ -6,6 +6,7 @@
 //! broken skill files in `skills check`).
 
 mod conversation;
+mod echo;
 mod listen;
 mod model;
 mod suggest;
@@ -131,6 +132,19 @@ pub enum AudioCommand {
     /// List inputs and outputs with their supported rates, channels and sample formats;
     /// `*` marks the defaults. The first column is what `audio.input`/`audio.output` take.
     Devices,
+    /// Run the echo canceller (the daemon's) over a recording of what the speaker played
+    /// and one of what the microphone heard, started at the same moment (e.g. `aplay` and
+    /// `arecord` together): prints the delay it found between them, how much echo it took
+    /// out (dB) and its CPU per 10 ms block.
+    Echo {
+        /// What was played (WAV, any rate, any channels).
+        played: PathBuf,
+        /// What the microphone heard meanwhile (WAV, any rate, any channels).
+        heard: PathBuf,
+        /// Write what the microphone heard with the echo taken out to this WAV file.
+        #[arg(short = 'o', long = "output", value_name = "WAV")]
+        out: Option<PathBuf>,
+    },
 }
 
 /// `wakeword ...`
@@ -154,8 +168,8 @@ pub enum WakewordCommand {
         record: Option<usize>,
     },
     /// Run a wake word over recordings and print each detection with its time and
-    /// score, or the closest miss (for tuning `wake.threshold`). Uses the `[wake]`
-    /// settings.
+    /// score, or the closest miss (for tuning `wake.threshold`), and the detector's CPU
+    /// per second of audio on this machine. Uses the `[wake]` settings.
     Test {
         /// The wake word file, or `bundled` for the built-in "hey strawberry" (`wake.bundled`
         /// chooses which), `bundled-reference` or `bundled-neural` for either one.
@@ -286,6 +300,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 Ok(ExitCode::from(2))
             }
         },
+        Command::Audio(AudioCommand::Echo { played, heard, out }) => {
+            echo::test(&played, &heard, out.as_deref())
+        }
         Command::Wakeword(WakewordCommand::Train {
             name,
             out,
@@ -752,6 +769,21 @@ fn read_stdin() -> Result<String> {
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error worth a message.
+/// CPU time this thread has used: what a piece of work costs, not the wall clock of a
+/// machine that may be busy with other things.
+fn thread_cpu() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only into the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    std::time::Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
+
 pub(crate) fn print_out(text: &str) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     match stdout

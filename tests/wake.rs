@@ -286,6 +286,12 @@ fn training_from_files_makes_a_word_that_wakes() {
             && stdout.contains("score 0."),
         "{stdout}"
     );
+    // ...and what the detector cost, per second of audio.
+    let cpu = stdout
+        .split_once("CPU: ")
+        .and_then(|(_, rest)| rest.split_once(" ms per second of audio"))
+        .and_then(|(ms, _)| ms.parse::<f64>().ok());
+    assert!(cpu.is_some_and(|ms| ms > 0.0), "{stdout}");
     // ...and the closest miss when nothing is detected.
     let out = spoke(
         &[

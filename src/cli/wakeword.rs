@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::print_out;
+use super::{print_out, thread_cpu};
 use crate::config::Config;
 use crate::stt::audio;
 use crate::wake::{Detection, Detector, SAMPLE_RATE, Settings, WakeWord, train as wake_train};
@@ -218,7 +218,9 @@ pub(super) fn test(
                 continue;
             }
         };
+        let start = thread_cpu();
         let detections = run(&settings, &word, &samples)?;
+        let cpu = thread_cpu().saturating_sub(start);
         let seconds = samples.len() as f64 / f64::from(SAMPLE_RATE);
         let mut text = if detections.is_empty() {
             format!(
@@ -247,6 +249,14 @@ pub(super) fn test(
                 d.fired_secs()
             ));
         }
+        // What listening costs on this machine: the detector's CPU time over the
+        // recording and the silence after it.
+        let fed = seconds + TAIL_SECONDS as f64;
+        text.push_str(&format!(
+            "  CPU: {:.2} ms per second of audio, {:.2}% of one core\n",
+            cpu.as_secs_f64() * 1000.0 / fed,
+            cpu.as_secs_f64() * 100.0 / fed
+        ));
         print_out(&text)?;
     }
     Ok(if failed {

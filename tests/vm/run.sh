@@ -230,6 +230,7 @@ make_payload() {
     sox -q "$tmp/lead.wav" "$tmp/wake.wav" "$tmp/gap.wav" "$tmp/command.wav" "$tmp/tail.wav" "$p/turn.wav"
     speak en-us "turn on the light in the kitchen" "$p/clip.wav"
     rm -rf "$tmp"
+    bash "$root/tests/vm/make-audio.sh" "$p"
     echo "HUB_URL=http://10.0.2.2:$1/v1" >"$p/hub.env"
     rm -f "$cache/payload.img"
     mke2fs -q -t ext4 -L payload -d "$p" "$cache/payload.img" 1G >/dev/null
