@@ -16,8 +16,10 @@
 //! A second part (`heldout`) runs the spoke as a new user would against faster-whisper
 //! with its default settings, on voices of other synthesizers (flite, festival) that no
 //! test uses, quiet and in rooms: word errors, transcript length against what was said,
-//! and each command's time ([`heldout`]). In the quiet room the spoke also decodes with a
-//! beam of 5 (`stt.beam_size`, faster-whisper's default), for what a beam costs and gives.
+//! and each command's time ([`heldout`]). In the quiet room the spoke also runs the f16
+//! weights (what q8_0 costs), faster-whisper also decodes without timestamps (what they
+//! give it), and with `STT_BENCH_BEAM=1` the spoke decodes with a beam of 5
+//! (`stt.beam_size`, faster-whisper's default), for what a beam costs and gives.
 //!
 //! `cargo bench --bench stt` (after `tests/setup.sh`); `-- models` or `-- heldout` runs
 //! one part. faster-whisper is installed from
@@ -37,7 +39,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use strawberry_spoke::stt::{DEFAULT_BEAM_SIZE, Settings, Transcriber, audio};
+use strawberry_spoke::stt::{DEFAULT_BEAM_SIZE, DEFAULT_TIMESTAMPS, Settings, Transcriber, audio};
 use stt::{
     Clip, base_model, cache_dir, clips, clips_in, ct2_dir, ggml_model, lang_clips, word_error_rate,
 };
@@ -50,12 +52,34 @@ mod rooms;
 /// English voices no test uses, for the accuracy docs/voice-loop.md gives for unseen voices.
 const UNSEEN_VOICES: [&str; 4] = ["en-029", "en-gb-scotland+m2", "en-us+f4", "en-gb-x-gbcwmd"];
 
-/// `stt.beam_size` for greedy decoding, as the `models` part compares it with
-/// faster-whisper's greedy decoding.
-const GREEDY: usize = 1;
+/// How the spoke decodes: `stt.beam_size`, and whether with timestamps.
+#[derive(Debug, Clone, Copy)]
+struct Decoding {
+    beam: usize,
+    timestamps: bool,
+}
 
-/// `stt.beam_size` for the held-out rows with a beam: faster-whisper's default.
-const BEAM: usize = 5;
+/// Greedy decoding, as the `models` part compares it with faster-whisper's greedy
+/// decoding.
+const GREEDY: Decoding = Decoding {
+    beam: 1,
+    timestamps: false,
+};
+
+/// The daemon's decoding.
+const DEFAULT: Decoding = Decoding {
+    beam: DEFAULT_BEAM_SIZE,
+    timestamps: DEFAULT_TIMESTAMPS,
+};
+
+/// The held-out rows with a beam: faster-whisper's default.
+const BEAM: Decoding = Decoding { beam: 5, ..DEFAULT };
+
+/// The held-out rows with timestamps, as faster-whisper decodes by default.
+const TIMESTAMPS: Decoding = Decoding {
+    timestamps: true,
+    ..DEFAULT
+};
 
 /// The household's languages for the `auto` rows.
 const HOUSEHOLD: [&str; 4] = ["en", "de", "fr", "es"];
@@ -336,7 +360,7 @@ fn spoke(
     model: &Path,
     language: &str,
     languages: &[&str],
-    beam: usize,
+    decoding: Decoding,
     threads: usize,
     reps: usize,
     clips: &[Clip],
@@ -348,7 +372,8 @@ fn spoke(
         "model": model,
         "language": language,
         "languages": languages,
-        "beam": beam,
+        "beam": decoding.beam,
+        "timestamps": decoding.timestamps,
         "timeout_ms": timeout_ms,
         "threads": threads,
         "reps": reps,
@@ -384,6 +409,7 @@ fn child(job: &str) {
             Duration::from_millis,
         ),
         beam_size: job["beam"].as_u64().expect("beam") as usize,
+        timestamps: job["timestamps"].as_bool().unwrap_or(DEFAULT_TIMESTAMPS),
     })
     .unwrap_or_else(|e| panic!("{e}"));
     let audios: Vec<Vec<f32>> = job["wavs"]
@@ -510,9 +536,10 @@ fn faster_whisper(
 /// synthesizers no test uses (`benches/stt_voices.sh`: flite and festival), the spoke
 /// as a new user runs it (base q8_0 with the default `auto` language among en/de/fr/es,
 /// and tiny.en) against faster-whisper with its default settings on the same weights;
-/// with `STT_BENCH_BEFORE` (a `strawberry-spoke` binary built before the checks), that
-/// binary's `transcribe` on the same clips, for the checks' cost. Quiet always; the other
-/// rooms of [`rooms::ROOMS`] with `STT_BENCH_ROOMS=all` (or a comma-separated list).
+/// with `STT_BENCH_BEFORE` (a `strawberry-spoke` binary of another commit, e.g. one built
+/// before the checks), that binary's `transcribe` on the same clips, for what a change
+/// does. Quiet always; the other rooms of [`rooms::ROOMS`] with `STT_BENCH_ROOMS=all` (or
+/// a comma-separated list).
 fn heldout(python: &Path, threads: usize, reps: usize) {
     let quiet = rooms::held_out(false);
     let wanted = std::env::var("STT_BENCH_ROOMS").unwrap_or_default();
@@ -534,35 +561,63 @@ fn heldout(python: &Path, threads: usize, reps: usize) {
             in_room(&quiet, room)
         };
         let mut rows: Vec<(String, Run)> = Vec::new();
-        let base = |beam| {
+        let base = |quantize, decoding| {
             spoke(
-                &base_model("q8_0"),
+                &base_model(quantize),
                 "auto",
                 &HOUSEHOLD,
-                beam,
+                decoding,
                 threads,
                 reps,
                 &clips,
             )
         };
-        let tiny = |beam| spoke(&ggml_model("q8_0"), "en", &[], beam, threads, reps, &clips);
+        let tiny = |quantize, decoding| {
+            spoke(
+                &ggml_model(quantize),
+                "en",
+                &[],
+                decoding,
+                threads,
+                reps,
+                &clips,
+            )
+        };
         rows.push((
             "spoke base q8_0 (auto: en/de/fr/es)".into(),
-            base(DEFAULT_BEAM_SIZE),
+            base("q8_0", DEFAULT),
         ));
-        rows.push(("spoke tiny.en q8_0".into(), tiny(DEFAULT_BEAM_SIZE)));
-        // What a beam costs and gives, in the quiet room.
+        rows.push(("spoke tiny.en q8_0".into(), tiny("q8_0", DEFAULT)));
         if room == "quiet" {
-            rows.push(("spoke base q8_0, beam 5".into(), base(BEAM)));
-            rows.push(("spoke tiny.en q8_0, beam 5".into(), tiny(BEAM)));
+            // The same weights as faster-whisper's, unquantised: what q8_0 costs.
+            rows.push((
+                "spoke base f16 (auto: en/de/fr/es)".into(),
+                base("f16", DEFAULT),
+            ));
+            rows.push(("spoke tiny.en f16".into(), tiny("f16", DEFAULT)));
+            // Decoding with timestamps, as faster-whisper does by default.
+            rows.push((
+                "spoke base q8_0 (auto: en/de/fr/es), timestamps".into(),
+                base("q8_0", TIMESTAMPS),
+            ));
+            rows.push((
+                "spoke tiny.en q8_0, timestamps".into(),
+                tiny("q8_0", TIMESTAMPS),
+            ));
+        }
+        // What a beam costs and gives, in the quiet room (measured 2026-11-26: not
+        // worth it; `STT_BENCH_BEAM=1` measures it again).
+        if room == "quiet" && std::env::var_os("STT_BENCH_BEAM").is_some() {
+            rows.push(("spoke base q8_0, beam 5".into(), base("q8_0", BEAM)));
+            rows.push(("spoke tiny.en q8_0, beam 5".into(), tiny("q8_0", BEAM)));
         }
         if let Some(bin) = &before {
             rows.push((
-                "spoke base q8_0 before the checks".into(),
+                "spoke base q8_0, STT_BENCH_BEFORE's binary".into(),
                 spoke_binary(bin, &base_model("q8_0"), "auto", threads, reps, &clips),
             ));
             rows.push((
-                "spoke tiny.en q8_0 before the checks".into(),
+                "spoke tiny.en q8_0, STT_BENCH_BEFORE's binary".into(),
                 spoke_binary(bin, &ggml_model("q8_0"), "en", threads, reps, &clips),
             ));
         }
@@ -590,6 +645,26 @@ fn heldout(python: &Path, threads: usize, reps: usize) {
                 &clips,
             ),
         ));
+        // What decoding with timestamps gives faster-whisper (its default) on these.
+        if room == "quiet" {
+            for (name, model, language) in [
+                ("base", cache_dir().join("base-ct2"), "auto"),
+                ("tiny.en", ct2_dir(), "en"),
+            ] {
+                rows.push((
+                    format!("faster-whisper {name} int8, defaults without timestamps"),
+                    faster_whisper(
+                        python,
+                        &model,
+                        language,
+                        "defaults-no-timestamps",
+                        "int8",
+                        (threads, reps),
+                        &clips,
+                    ),
+                ));
+            }
+        }
         println!("\nroom: {room}\n");
         println!(
             "| system | WER | longest transcript / said | over 2x | ms per command: median / max | fell back | no transcript |"
@@ -709,8 +784,13 @@ fn spoke_binary(
                 .env("STRAWBERRY_SPOKE__STT__MODEL", model)
                 .env("STRAWBERRY_SPOKE__STT__LANGUAGE", language)
                 .env("STRAWBERRY_SPOKE__STT__THREADS", threads.to_string())
+                .envs(
+                    std::env::var("STT_BENCH_TIMEOUT_MS")
+                        .ok()
+                        .map(|ms| ("STRAWBERRY_SPOKE__STT__TIMEOUT_MS", ms)),
+                )
                 .output()
-                .expect("run the binary before the checks");
+                .expect("run STT_BENCH_BEFORE's binary");
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(out.status.success(), "{stderr}");
             let ms: f64 = stderr

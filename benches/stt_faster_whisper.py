@@ -5,7 +5,9 @@ LANGUAGE "auto" lets faster-whisper detect it. SETTINGS:
 - "greedy": beam_size=1, as whisper.cpp's greedy sampler, without timestamps, VAD or
   context: faster-whisper's fastest settings for short commands;
 - "defaults": `transcribe` with nothing but the language: beam search 5, best of 5,
-  temperature fallback with its compression-ratio and log-probability checks.
+  temperature fallback with its compression-ratio and log-probability checks, decoding
+  with timestamps;
+- "defaults-no-timestamps": the same with `without_timestamps=True`.
 Prints one JSON object: load seconds, per-pass seconds (sum over the WAVs), each clip's
 seconds in every pass, transcripts, the language of each and the process's peak RSS (KiB).
 Audio is decoded before the clock starts, as on the spoke's side.
@@ -32,6 +34,8 @@ def main():
     def run(audio):
         if settings == "defaults":
             segments, info = model.transcribe(audio, language=language)
+        elif settings == "defaults-no-timestamps":
+            segments, info = model.transcribe(audio, language=language, without_timestamps=True)
         else:
             segments, info = model.transcribe(
                 audio,

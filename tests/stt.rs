@@ -14,10 +14,14 @@ use crate::support::stt::{
 };
 
 fn transcriber(model: &Path) -> Transcriber {
-    transcriber_with_beam(model, strawberry_spoke::stt::DEFAULT_BEAM_SIZE)
+    transcriber_with(
+        model,
+        strawberry_spoke::stt::DEFAULT_BEAM_SIZE,
+        strawberry_spoke::stt::DEFAULT_TIMESTAMPS,
+    )
 }
 
-fn transcriber_with_beam(model: &Path, beam_size: usize) -> Transcriber {
+fn transcriber_with(model: &Path, beam_size: usize, timestamps: bool) -> Transcriber {
     Transcriber::load(&Settings {
         model: model.to_path_buf(),
         threads: 1,
@@ -26,6 +30,7 @@ fn transcriber_with_beam(model: &Path, beam_size: usize) -> Transcriber {
         // Accuracy, not time, is tested here: room for a busy machine.
         timeout: std::time::Duration::from_secs(600),
         beam_size,
+        timestamps,
     })
     .unwrap_or_else(|e| panic!("{e}"))
 }
@@ -69,7 +74,35 @@ fn a_beam_search_transcribes_the_set_too() {
     let _cores = cpu::heavy_blocking();
     // Every fourth clip: all four voices, a quarter of the time (a beam costs ~2x).
     let some: Vec<Clip> = clips().into_iter().step_by(4).collect();
-    assert_set_wer(&transcriber_with_beam(&ggml_model("q8_0"), 5), &some, 0.10);
+    let t = transcriber_with(
+        &ggml_model("q8_0"),
+        5,
+        strawberry_spoke::stt::DEFAULT_TIMESTAMPS,
+    );
+    assert_set_wer(&t, &some, 0.10);
+}
+
+#[test]
+fn decoding_with_timestamps_transcribes_the_set_too() {
+    let _cores = cpu::heavy_blocking();
+    // A decode with timestamps may end on one at the end of the audio instead of the
+    // end of text: it is whole, not cut at its token budget, and its words count.
+    let some: Vec<Clip> = clips().into_iter().step_by(4).collect();
+    let t = transcriber_with(
+        &ggml_model("q8_0"),
+        strawberry_spoke::stt::DEFAULT_BEAM_SIZE,
+        true,
+    );
+    for clip in &some {
+        let (samples, _) = audio::read_wav_16k(&clip.wav).unwrap();
+        let transcript = t.transcribe(&samples).unwrap();
+        assert!(
+            !transcript.text.is_empty() && transcript.verdict != Verdict::Garbled,
+            "{}: {transcript:?}",
+            clip.wav.display()
+        );
+    }
+    assert_set_wer(&t, &some, 0.10);
 }
 
 #[test]
@@ -270,6 +303,7 @@ fn a_transcription_out_of_time_stops_mid_decode_and_says_so() {
         languages: Vec::new(),
         timeout: Duration::from_millis(150),
         beam_size: strawberry_spoke::stt::DEFAULT_BEAM_SIZE,
+        timestamps: strawberry_spoke::stt::DEFAULT_TIMESTAMPS,
     })
     .unwrap();
     let started = Instant::now();
@@ -328,6 +362,7 @@ fn a_looping_decode_is_caught_and_the_command_said_once() {
         languages: Vec::new(),
         timeout: Duration::from_secs(300),
         beam_size: strawberry_spoke::stt::DEFAULT_BEAM_SIZE,
+        timestamps: strawberry_spoke::stt::DEFAULT_TIMESTAMPS,
     })
     .unwrap();
     let (samples, _) = audio::read_wav_16k(&clip.wav).unwrap();

@@ -24,6 +24,7 @@ fn transcriber(model: &Path, language: &str, languages: &[&str]) -> Result<Trans
         // Accuracy, not time, is tested here: room for a busy machine.
         timeout: std::time::Duration::from_secs(600),
         beam_size: strawberry_spoke::stt::DEFAULT_BEAM_SIZE,
+        timestamps: strawberry_spoke::stt::DEFAULT_TIMESTAMPS,
     })
 }
 

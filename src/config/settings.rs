@@ -128,6 +128,7 @@ impl SttConfig {
             languages: self.languages.clone(),
             timeout: std::time::Duration::from_millis(self.timeout_ms),
             beam_size: self.beam_size,
+            timestamps: crate::stt::DEFAULT_TIMESTAMPS,
         }
     }
 }

@@ -37,6 +37,12 @@
 //! whose tokens come to end with a run said twice is stopped right there (a logits
 //! filter lets only the end of text follow): looping, it would only fill its budget.
 //!
+//! Decoding with timestamps (faster-whisper's default; [`Settings::timestamps`], off in
+//! the daemon) is guarded alike: whisper.cpp may end such a decode on a timestamp at the
+//! end of the audio instead of the end of text, which is a whole decode (only one that
+//! reaches its budget is cut), and the repeat checks compare text tokens only, since
+//! the timestamps differ each time a phrase comes round again.
+//!
 //! whisper.cpp has its own fallback, used by default until now: it runs six
 //! temperatures, each decode up to 220 tokens, and keeps the last one however bad; its
 //! repetition check (token entropy) looks only at decodes over 32 tokens, so a command
@@ -132,6 +138,11 @@ pub const DEFAULT_BEAM_SIZE: usize = 1;
 /// share of the key-value cache.
 pub const MAX_BEAM_SIZE: usize = 8;
 
+/// [`Settings::timestamps`] in the daemon: without. The checks count only text tokens
+/// and a decode that ends on a timestamp at the end of the audio is not cut, so both
+/// ways are guarded alike; the held-out benchmark measures both (BENCHMARKS.md).
+pub const DEFAULT_TIMESTAMPS: bool = false;
+
 /// [`Settings::timeout`] unless configured (`stt.timeout_ms`): several times what a
 /// command of a few seconds takes with base on a Pi 4 class board.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -153,6 +164,9 @@ pub struct Settings {
     /// Beams of the first, temperature-0 decode ([`DEFAULT_BEAM_SIZE`]); 1 decodes
     /// greedily.
     pub beam_size: usize,
+    /// Decode with timestamp tokens, as faster-whisper does by default
+    /// ([`DEFAULT_TIMESTAMPS`]); the text is the same words without them.
+    pub timestamps: bool,
 }
 
 /// Why speech to text failed. Each names the model file or the problem and the fix.
@@ -250,6 +264,8 @@ struct Decode {
     compression_ratio: f64,
     /// It reached its token budget instead of ending.
     cut: bool,
+    /// Tokens decoded, timestamps and the end of text included.
+    tokens: usize,
     /// A phrase of [`REPEAT_WORDS`] or more words said twice in a row, or tokens that
     /// end with a run twice over (where [`stop_loops`] ends a decode).
     repeats: bool,
@@ -500,6 +516,7 @@ impl Transcriber {
                 avg_logprob = decode.as_ref().map(|d| d.avg_logprob),
                 compression_ratio = decode.as_ref().map(|d| d.compression_ratio),
                 cut = decode.as_ref().map(|d| d.cut),
+                tokens = decode.as_ref().map(|d| d.tokens),
                 repeats = decode.as_ref().map(|d| d.repeats),
                 text = decode.as_ref().map(|d| d.text.as_str()),
                 "decoded"
@@ -555,7 +572,7 @@ impl Transcriber {
             job.audio_ctx as i32
         });
         params.set_no_context(true);
-        params.set_no_timestamps(true);
+        params.set_no_timestamps(!self.settings.timestamps);
         params.set_single_segment(true);
         params.set_suppress_nst(true);
         params.set_print_special(false);
@@ -584,7 +601,7 @@ impl Transcriber {
             params.set_filter_logits_callback_user_data(stop.cast_mut().cast::<c_void>());
         }
         state.full(params, job.input).map_err(inference)?;
-        read_decode(state, self.context.token_eot())
+        read_decode(state, &job.stop, job.budget)
     }
 
     /// The language among `candidates` that the encoder output in `state` sounds most
@@ -645,6 +662,14 @@ struct LoopStop {
     vocab: usize,
 }
 
+impl LoopStop {
+    /// Whether `id` is a piece of text: Whisper numbers every special token (end of
+    /// text, timestamps) after the end of text.
+    fn is_text(&self, id: i32) -> bool {
+        id < self.eot
+    }
+}
+
 /// whisper.cpp's logits filter, called before each token is chosen: once the tokens so
 /// far end with a run said twice, only the end of text may follow. The decode then
 /// ends at once instead of filling its token budget, and its text fails the checks.
@@ -669,7 +694,12 @@ unsafe extern "C" fn stop_loops(
             &*stop.cast::<LoopStop>(),
         )
     };
-    let ids: Vec<i32> = tokens.iter().map(|t| t.id).collect();
+    // Timestamps differ each time a phrase comes round again; the words do not.
+    let ids: Vec<i32> = tokens
+        .iter()
+        .map(|t| t.id)
+        .filter(|&id| stop.is_text(id))
+        .collect();
     if !ends_doubled(&ids) {
         return;
     }
@@ -738,7 +768,11 @@ fn best_of(tried: Vec<Decode>, verdict: Verdict) -> Guarded {
 /// The finished decode in `state`: its text, how sure the decoder was of its last word,
 /// the checks' figures. `None` when whisper.cpp kept no segment (no words, or judged
 /// silent).
-fn read_decode(state: &WhisperState, eot: i32) -> Result<Option<Decode>, SttError> {
+fn read_decode(
+    state: &WhisperState,
+    stop: &LoopStop,
+    budget: usize,
+) -> Result<Option<Decode>, SttError> {
     let mut text = String::new();
     let mut last_word_probability = 1.0f32;
     let mut logprob_sum = 0.0f64;
@@ -754,7 +788,7 @@ fn read_decode(state: &WhisperState, eot: i32) -> Result<Option<Decode>, SttErro
             logprob_sum += f64::from(token.token_data().plog);
             tokens += 1;
             last_token = Some(token.token_id());
-            if token.token_id() != eot {
+            if stop.is_text(token.token_id()) {
                 ids.push(token.token_id());
             }
             let Ok(piece) = token.to_str_lossy() else {
@@ -779,7 +813,10 @@ fn read_decode(state: &WhisperState, eot: i32) -> Result<Option<Decode>, SttErro
     Ok(Some(Decode {
         compression_ratio: compression_ratio(&text),
         repeats: repeats_a_phrase(&text) || ends_doubled(&ids),
-        cut: last_token != Some(eot),
+        // whisper.cpp ends a decode at the end of text, at a timestamp at the end of
+        // the audio, or one token past `max_tokens`; only the last is cut short.
+        cut: last_token != Some(stop.eot) && tokens >= budget,
+        tokens,
         avg_logprob: (logprob_sum / tokens as f64) as f32,
         last_word_probability,
         text,
