@@ -448,6 +448,38 @@ mod tests {
         Listener::new(detector, VadSettings::default(), 1_000)
     }
 
+    fn tone(n: usize, amp: f32) -> Vec<f32> {
+        (0..n).map(|i| amp * (i as f32 * 0.2).sin()).collect()
+    }
+
+    /// `samples` heard after what `l` has heard so far.
+    fn push(l: &mut Listener, samples: &[f32]) -> Vec<Heard> {
+        let at = l.position();
+        frames(samples, at).filter_map(|f| l.push(&f)).collect()
+    }
+
+    /// A quiet room for 2 s, then a tone at 0.3: when `woken`, the wake phrase (the
+    /// detector's verdict is given here) whose command is then cancelled.
+    fn after_a_wake_phrase(woken: bool, seed: &mut u32) -> Listener {
+        let mut l = listener();
+        push(&mut l, &noise(32_000, 0.002, seed));
+        push(&mut l, &tone(16_000, 0.3));
+        if woken {
+            l.start_command(&Detection {
+                name: "test".into(),
+                score: 1.0,
+                avg_score: 1.0,
+                start: 32_000,
+                end: 48_000,
+                fired_at: 48_000,
+                frames: 1,
+                proximity_db: 0.0,
+            });
+            l.cancel();
+        }
+        l
+    }
+
     #[test]
     fn a_follow_up_collects_a_command_without_the_wake_word() {
         let mut l = listener();
@@ -492,9 +524,6 @@ mod tests {
 
     #[test]
     fn a_follow_up_after_a_loud_reply_is_judged_against_the_room_before_the_wake_phrase() {
-        let tone = |n: usize, amp: f32| -> Vec<f32> {
-            (0..n).map(|i| amp * (i as f32 * 0.2).sin()).collect()
-        };
         // Bursts 20 dB apart every 200 ms: what the microphone hears of the spoke's reply.
         let reply = |seconds: usize, seed: &mut u32| -> Vec<f32> {
             (0..seconds * 16_000 / 3200)
@@ -502,28 +531,8 @@ mod tests {
                 .collect()
         };
         let hear = |woken: bool| {
-            let mut l = listener();
             let mut seed = 11;
-            let push = |l: &mut Listener, samples: &[f32]| -> Vec<Heard> {
-                let at = l.position();
-                frames(samples, at).filter_map(|f| l.push(&f)).collect()
-            };
-            // A quiet room, then the wake phrase (the detector's verdict is given here).
-            push(&mut l, &noise(32_000, 0.002, &mut seed));
-            push(&mut l, &tone(16_000, 0.3));
-            if woken {
-                l.start_command(&Detection {
-                    name: "test".into(),
-                    score: 1.0,
-                    avg_score: 1.0,
-                    start: 32_000,
-                    end: 48_000,
-                    fired_at: 48_000,
-                    frames: 1,
-                    proximity_db: 0.0,
-                });
-                l.cancel();
-            }
+            let mut l = after_a_wake_phrase(woken, &mut seed);
             push(&mut l, &reply(2, &mut seed));
             // The answer, 10 dB under the phrase: clear of the quiet room, not of the reply.
             l.listen(3_000);
@@ -549,29 +558,8 @@ mod tests {
 
     #[test]
     fn over_a_ring_only_someone_as_loud_as_the_last_speaker_is_heard_and_announced() {
-        let tone = |n: usize, amp: f32| -> Vec<f32> {
-            (0..n).map(|i| amp * (i as f32 * 0.2).sin()).collect()
-        };
-        let mut l = listener();
         let mut seed = 13;
-        let push = |l: &mut Listener, samples: &[f32]| -> Vec<Heard> {
-            let at = l.position();
-            frames(samples, at).filter_map(|f| l.push(&f)).collect()
-        };
-        // A quiet room, a wake phrase at 0.3, its command over.
-        push(&mut l, &noise(32_000, 0.002, &mut seed));
-        push(&mut l, &tone(16_000, 0.3));
-        l.start_command(&Detection {
-            name: "test".into(),
-            score: 1.0,
-            avg_score: 1.0,
-            start: 32_000,
-            end: 48_000,
-            fired_at: 48_000,
-            frames: 1,
-            proximity_db: 0.0,
-        });
-        l.cancel();
+        let mut l = after_a_wake_phrase(true, &mut seed);
         push(&mut l, &noise(16_000, 0.002, &mut seed));
         l.listen_over_ring(4_000);
         assert!(l.over_ring());
