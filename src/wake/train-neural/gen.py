@@ -523,16 +523,18 @@ def eval_job(job):
         path = os.path.join(root, "negative", f"{kind}-{i:03d}.wav")
         if os.path.exists(path):
             return
-        sents = texts.test_sentences() if split == "test" else texts.train_sentences()
+        sents = neg_sentences(split, i >= FIRST_NEG[kind])
         parts, total = [], 0
         j = int(rng.integers(len(sents)))
-        while total < 300 * SR:
+        # Noise files past the first set skip the speech they would discard (the first
+        # ones keep it: their random draws, and so their files, stay as they were).
+        while total < 300 * SR and not (kind == "noise" and i >= FIRST_NEG[kind]):
             s = trim(synth(engine, v, variant, " ".join(sents[j % len(sents): j % len(sents) + 3]),
                            rng.random(), rng.random()))
             j += 3
             parts += [s, np.zeros(int(SR * rng.uniform(0.2, 1.2)), np.float32)]
             total += len(s) + len(parts[-1])
-        x = np.concatenate(parts)[: 300 * SR]
+        x = np.concatenate(parts)[: 300 * SR] if parts else np.zeros(300 * SR, np.float32)
         x = x / (np.abs(x).max() + 1e-9) * 0.5
         if kind == "tv":
             x = x + music(rng, len(x)) * rms_active(x) / 10 ** (rng.uniform(0, 10) / 20)
@@ -541,6 +543,23 @@ def eval_job(job):
                 ["white", "pink", "brown", "music", "hum", "babble"]))) * 0.1
         x = x / (np.abs(x).max() + 1e-9) * 0.5
         write_wav(path, x)
+
+
+# The test set's first negatives (2.83 h): speech, speech over music, noise alone.
+FIRST_NEG = {"speech": 24, "tv": 6, "noise": 4}
+_SENTS = {}
+
+
+def neg_sentences(split, more):
+    """Text for negatives: the dev set's is training text; the test set's first files
+    read the held-out text, later ones (WAKE_NEG_HOURS) that and more held-out text."""
+    key = (split, more and split == "test")
+    if key not in _SENTS:
+        if split != "test":
+            _SENTS[key] = texts.train_sentences()
+        else:
+            _SENTS[key] = texts.test_sentences() + (texts.more_test_sentences() if more else [])
+    return _SENTS[key]
 
 
 _BABBLE = {}
@@ -602,14 +621,28 @@ def stage_eval(workers, split="test"):
                 name = f"{voice[0]}_{voice[1]}_pitch{cents:+d}_{ci:02d}"
                 jobs.append(("phrase", k, voice, (name, cmd, cents), split))
                 k += 1
-    # Over two hours of negatives: 24 x 5 min speech, 6 x 5 min speech over music,
-    # 4 x 5 min noise and music alone.
-    for i in range(24):
-        jobs.append(("speech", i, voices[i % len(voices)], None, split))
-    for i in range(6):
-        jobs.append(("tv", i, voices[(i * 5 + 2) % len(voices)], None, split))
-    for i in range(4):
-        jobs.append(("noise", i, voices[0], None, split))
+    # Negatives in 5-minute files, by default 2.83 hours: 24 speech, 6 speech over music,
+    # 4 noise and music alone. WAKE_NEG_HOURS asks for more in the same proportions; the
+    # first files stay the same (seeds by kind and number), so old figures are a subset.
+    hours = float(os.environ.get("WAKE_NEG_HOURS", "0"))
+    counts = dict(FIRST_NEG)
+    if hours > 0:
+        n = max(1, int(np.ceil(hours * 12)))
+        first = sum(FIRST_NEG.values())
+        counts["speech"] = round(n * FIRST_NEG["speech"] / first)
+        counts["tv"] = round(n * FIRST_NEG["tv"] / first)
+        counts["noise"] = n - counts["speech"] - counts["tv"]
+    neg = []
+    for i in range(counts["speech"]):
+        neg.append(("speech", i, voices[i % len(voices)], None, split))
+    for i in range(counts["tv"]):
+        neg.append(("tv", i, voices[(i * 5 + 2) % len(voices)], None, split))
+    for i in range(counts["noise"]):
+        neg.append(("noise", i, voices[0], None, split))
+    # The first set first, then the rest with the kinds interleaved, so a run stopped
+    # early still has them in proportion.
+    neg.sort(key=lambda j: (j[1] >= FIRST_NEG[j[0]], j[1] / counts[j[0]]))
+    jobs += neg
     with Pool(workers) as pool:
         for n, _ in enumerate(pool.imap_unordered(eval_job, jobs)):
             if n % 50 == 0:
@@ -630,5 +663,6 @@ if __name__ == "__main__":
         stage_feat_mixed(workers, "babble", int(os.environ.get("WAKE_BABBLE_SHARDS", "30")))
     if stage in ("eval-dev", "eval", "all"):
         stage_eval(workers, "dev")
-    if stage in ("eval", "all"):
+    # "eval-test": the held-out set alone, e.g. to lengthen its negatives (WAKE_NEG_HOURS).
+    if stage in ("eval", "eval-test", "all"):
         stage_eval(workers, "test")
