@@ -624,6 +624,7 @@ def stage_eval(workers, split="test"):
     # Negatives in 5-minute files, by default 2.83 hours: 24 speech, 6 speech over music,
     # 4 noise and music alone. WAKE_NEG_HOURS asks for more in the same proportions; the
     # first files stay the same (seeds by kind and number), so old figures are a subset.
+    # Fewer hours write fewer files but delete none: wake_eval measures all it finds.
     hours = float(os.environ.get("WAKE_NEG_HOURS", "0"))
     counts = dict(FIRST_NEG)
     if hours > 0:

@@ -59,6 +59,11 @@
 #                           (now with flite), keeps the best; of rules within a point of
 #                           the best, the shortest
 #                           (~8-10 min a model under that load)
+# Longer held-out negatives (2026-11-27, 19:06-19:12 UTC, load 5-6, for wake_eval only):
+#   WAKE_NEG_HOURS=10 gen.py eval-test
+#                  ~6 min   the test set alone (no dev twin), from nothing: 576 phrases in
+#                           4 rooms and 10.0 h of negatives (85 speech, 21 TV, 14 noise
+#                           5-minute files, 1.1 GB); the first 2.83 h are the files above
 # About 4 h 50 min in all. Everything is cached under $WAKE_CACHE (default
 # ~/.cache/strawberry/wake/neural); a rerun skips what exists, and training resumes
 # from its last finished epoch. Delete the cache directory to start from nothing.
