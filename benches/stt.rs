@@ -17,8 +17,8 @@
 //! with its default settings, on voices of other synthesizers (flite, festival) that no
 //! test uses, quiet and in rooms: word errors, transcript length against what was said,
 //! and each command's time ([`heldout`]). In the quiet room the spoke also runs the f16
-//! weights (what q8_0 costs), faster-whisper also decodes without timestamps (what they
-//! give it), and with `STT_BENCH_BEAM=1` the spoke decodes with a beam of 5
+//! weights (what q8_0 costs), both decode without timestamps too (what they give), the
+//! spoke pads the encoder's window with zeros as faster-whisper does, and with `STT_BENCH_BEAM=1` the spoke decodes with a beam of 5
 //! (`stt.beam_size`, faster-whisper's default), for what a beam costs and gives.
 //!
 //! `cargo bench --bench stt` (after `tests/setup.sh`); `-- models` or `-- heldout` runs
@@ -39,7 +39,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use strawberry_spoke::stt::{DEFAULT_BEAM_SIZE, DEFAULT_TIMESTAMPS, Settings, Transcriber, audio};
+use strawberry_spoke::stt::{
+    DEFAULT_BEAM_SIZE, DEFAULT_PADDING, DEFAULT_TIMESTAMPS, Padding, Settings, Transcriber, audio,
+};
 use stt::{
     Clip, base_model, cache_dir, clips, clips_in, ct2_dir, ggml_model, lang_clips, word_error_rate,
 };
@@ -52,11 +54,13 @@ mod rooms;
 /// English voices no test uses, for the accuracy docs/voice-loop.md gives for unseen voices.
 const UNSEEN_VOICES: [&str; 4] = ["en-029", "en-gb-scotland+m2", "en-us+f4", "en-gb-x-gbcwmd"];
 
-/// How the spoke decodes: `stt.beam_size`, and whether with timestamps.
+/// How the spoke decodes: `stt.beam_size`, whether with timestamps, what pads the
+/// encoder's window.
 #[derive(Debug, Clone, Copy)]
 struct Decoding {
     beam: usize,
     timestamps: bool,
+    padding: Padding,
 }
 
 /// Greedy decoding, as the `models` part compares it with faster-whisper's greedy
@@ -64,20 +68,28 @@ struct Decoding {
 const GREEDY: Decoding = Decoding {
     beam: 1,
     timestamps: false,
+    padding: DEFAULT_PADDING,
 };
 
 /// The daemon's decoding.
 const DEFAULT: Decoding = Decoding {
     beam: DEFAULT_BEAM_SIZE,
     timestamps: DEFAULT_TIMESTAMPS,
+    padding: DEFAULT_PADDING,
 };
 
 /// The held-out rows with a beam: faster-whisper's default.
 const BEAM: Decoding = Decoding { beam: 5, ..DEFAULT };
 
-/// The held-out rows with timestamps, as faster-whisper decodes by default.
-const TIMESTAMPS: Decoding = Decoding {
-    timestamps: true,
+/// The held-out rows without timestamps: the daemon's decoding until 2026-11-27.
+const NO_TIMESTAMPS: Decoding = Decoding {
+    timestamps: false,
+    ..DEFAULT
+};
+
+/// The held-out rows with faster-whisper's padding of the encoder's window.
+const ZEROS: Decoding = Decoding {
+    padding: Padding::Zeros,
     ..DEFAULT
 };
 
@@ -374,6 +386,7 @@ fn spoke(
         "languages": languages,
         "beam": decoding.beam,
         "timestamps": decoding.timestamps,
+        "zeros": decoding.padding == Padding::Zeros,
         "timeout_ms": timeout_ms,
         "threads": threads,
         "reps": reps,
@@ -410,6 +423,11 @@ fn child(job: &str) {
         ),
         beam_size: job["beam"].as_u64().expect("beam") as usize,
         timestamps: job["timestamps"].as_bool().unwrap_or(DEFAULT_TIMESTAMPS),
+        padding: match job["zeros"].as_bool() {
+            Some(true) => Padding::Zeros,
+            Some(false) => Padding::Silence,
+            None => DEFAULT_PADDING,
+        },
     })
     .unwrap_or_else(|e| panic!("{e}"));
     let audios: Vec<Vec<f32>> = job["wavs"]
@@ -595,14 +613,23 @@ fn heldout(python: &Path, threads: usize, reps: usize) {
                 base("f16", DEFAULT),
             ));
             rows.push(("spoke tiny.en f16".into(), tiny("f16", DEFAULT)));
-            // Decoding with timestamps, as faster-whisper does by default.
+            // Decoding without timestamps, as the daemon did before 2026-11-27.
             rows.push((
-                "spoke base q8_0 (auto: en/de/fr/es), timestamps".into(),
-                base("q8_0", TIMESTAMPS),
+                "spoke base q8_0 (auto: en/de/fr/es), no timestamps".into(),
+                base("q8_0", NO_TIMESTAMPS),
             ));
             rows.push((
-                "spoke tiny.en q8_0, timestamps".into(),
-                tiny("q8_0", TIMESTAMPS),
+                "spoke tiny.en q8_0, no timestamps".into(),
+                tiny("q8_0", NO_TIMESTAMPS),
+            ));
+            // The encoder's window padded as faster-whisper pads it.
+            rows.push((
+                "spoke base q8_0 (auto: en/de/fr/es), faster-whisper's padding".into(),
+                base("q8_0", ZEROS),
+            ));
+            rows.push((
+                "spoke tiny.en q8_0, faster-whisper's padding".into(),
+                tiny("q8_0", ZEROS),
             ));
         }
         // What a beam costs and gives, in the quiet room (measured 2026-11-26: not

@@ -37,11 +37,11 @@
 //! whose tokens come to end with a run said twice is stopped right there (a logits
 //! filter lets only the end of text follow): looping, it would only fill its budget.
 //!
-//! Decoding with timestamps (faster-whisper's default; [`Settings::timestamps`], off in
-//! the daemon) is guarded alike: whisper.cpp may end such a decode on a timestamp at the
-//! end of the audio instead of the end of text, which is a whole decode (only one that
-//! reaches its budget is cut), and the repeat checks compare text tokens only, since
-//! the timestamps differ each time a phrase comes round again.
+//! Decoding with timestamps (faster-whisper's default, and the daemon's since it ended
+//! most fallbacks: [`DEFAULT_TIMESTAMPS`]) is guarded alike: whisper.cpp may end such a
+//! decode on a timestamp at the end of the audio instead of the end of text, which is a
+//! whole decode (only one that reaches its budget is cut), and the repeat checks compare
+//! text tokens only, since the timestamps differ each time a phrase comes round again.
 //!
 //! whisper.cpp has its own fallback, used by default until now: it runs six
 //! temperatures, each decode up to 220 tokens, and keeps the last one however bad; its
@@ -62,6 +62,7 @@
 
 pub mod audio;
 pub mod ct2;
+mod mel;
 
 use std::ffi::c_void;
 use std::io::{Read, Write};
@@ -138,10 +139,11 @@ pub const DEFAULT_BEAM_SIZE: usize = 1;
 /// share of the key-value cache.
 pub const MAX_BEAM_SIZE: usize = 8;
 
-/// [`Settings::timestamps`] in the daemon: without. The checks count only text tokens
-/// and a decode that ends on a timestamp at the end of the audio is not cut, so both
-/// ways are guarded alike; the held-out benchmark measures both (BENCHMARKS.md).
-pub const DEFAULT_TIMESTAMPS: bool = false;
+/// [`Settings::timestamps`] in the daemon: with, as faster-whisper decodes. On held-out
+/// voices the model then closes a command with a timestamp instead of saying it again:
+/// base's first greedy decode passed the checks on 96 of 96 commands (82 without), for
+/// the same word errors and about half the total time (BENCHMARKS.md).
+pub const DEFAULT_TIMESTAMPS: bool = true;
 
 /// [`Settings::timeout`] unless configured (`stt.timeout_ms`): several times what a
 /// command of a few seconds takes with base on a Pi 4 class board.
@@ -167,7 +169,24 @@ pub struct Settings {
     /// Decode with timestamp tokens, as faster-whisper does by default
     /// ([`DEFAULT_TIMESTAMPS`]); the text is the same words without them.
     pub timestamps: bool,
+    /// What the encoder reads past the command ([`DEFAULT_PADDING`]).
+    pub padding: Padding,
 }
+
+/// What fills the encoder's window past the command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Padding {
+    /// Silence: the spectrogram of the audio followed by silence (whisper.cpp's and
+    /// openai-whisper's).
+    Silence,
+    /// Zeros: the spectrogram of the command alone, padded with zeros (faster-whisper's).
+    Zeros,
+}
+
+/// [`Settings::padding`] in the daemon: whisper.cpp's. faster-whisper's zeros made base
+/// err a little less on the tests' voices (en, fr, es) and tiny.en more (21 words wrong
+/// in 268 against 13), so neither is better for every model (BENCHMARKS.md).
+pub const DEFAULT_PADDING: Padding = Padding::Silence;
 
 /// Why speech to text failed. Each names the model file or the problem and the fix.
 #[derive(Debug, thiserror::Error)]
@@ -308,6 +327,7 @@ pub struct Transcriber {
     settings: Settings,
     language: Language,
     model_ctx: usize,
+    mel: mel::MelMaker,
     load_time: Duration,
 }
 
@@ -339,6 +359,7 @@ impl Transcriber {
         // Made once here only to fail early on a model whisper.cpp cannot run.
         drop(context.create_state().map_err(load_err)?);
         let model_ctx = usize::try_from(context.model_n_audio_ctx()).unwrap_or(1500);
+        let mel = mel::MelMaker::new(usize::try_from(context.model_n_mels()).unwrap_or(80));
         let language = language_of(settings, context.is_multilingual())?;
         let first = match &language {
             Language::Fixed(id) => *id,
@@ -358,6 +379,7 @@ impl Transcriber {
             settings: settings.clone(),
             language,
             model_ctx,
+            mel,
             load_time,
         })
     }
@@ -414,6 +436,7 @@ impl Transcriber {
         let mut language = *last_heard;
         let job = Job {
             input,
+            mel: (self.settings.padding == Padding::Zeros).then(|| self.mel.log_mel(samples)),
             audio_ctx,
             budget,
             until,
@@ -600,6 +623,15 @@ impl Transcriber {
             params.set_filter_logits_callback(Some(stop_loops));
             params.set_filter_logits_callback_user_data(stop.cast_mut().cast::<c_void>());
         }
+        if let Some(mel) = &job.mel {
+            let mel: *const mel::Mel = mel;
+            // SAFETY: the callback only reads the spectrogram, which `job` keeps alive
+            // until `full` returns, and sets it in the state whisper.cpp passes it.
+            unsafe {
+                params.set_start_encoder_callback(Some(use_mel));
+                params.set_start_encoder_callback_user_data(mel.cast_mut().cast::<c_void>());
+            }
+        }
         state.full(params, job.input).map_err(inference)?;
         read_decode(state, &job.stop, job.budget)
     }
@@ -637,6 +669,7 @@ fn inference(error: whisper_rs::WhisperError) -> SttError {
 /// What one decode needs besides the language and temperature.
 struct Job<'a> {
     input: &'a [f32],
+    mel: Option<mel::Mel>,
     audio_ctx: usize,
     budget: usize,
     until: Until,
@@ -716,6 +749,33 @@ unsafe extern "C" fn stop_loops(
 fn ends_doubled(ids: &[i32]) -> bool {
     let n = ids.len();
     (REPEAT_TOKENS..=n / 2).any(|k| ids[n - k..] == ids[n - 2 * k..n - k])
+}
+
+/// whisper.cpp's callback before each encoder pass: the spectrogram it made from the
+/// samples is replaced by [`mel`]'s, which covers the command alone; the encoder's
+/// window past it is zeros.
+unsafe extern "C" fn use_mel(
+    ctx: *mut whisper_rs::WhisperSysContext,
+    state: *mut whisper_rs::WhisperSysState,
+    mel: *mut c_void,
+) -> bool {
+    // SAFETY: `decode` passes a pointer to a `Mel` that outlives the call.
+    let mel = unsafe { &*mel.cast::<mel::Mel>() };
+    let (Ok(frames), Ok(n_mels)) = (i32::try_from(mel.frames), i32::try_from(mel.n_mels)) else {
+        return false;
+    };
+    // SAFETY: whisper.cpp passes its context and this decode's state; the call reads the
+    // context's band count only, and copies `frames x n_mels` floats from `mel.data`.
+    let set = unsafe {
+        whisper_rs::whisper_rs_sys::whisper_set_mel_with_state(
+            ctx,
+            state,
+            mel.data.as_ptr(),
+            frames,
+            n_mels,
+        )
+    };
+    set == 0
 }
 
 /// whisper.cpp's abort callback: true once the transcription's time is up or it was
