@@ -766,7 +766,8 @@ fn in_room(clips: &[Clip], room: &str) -> Vec<Clip> {
     if !done.exists() {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let background = rooms::background(room, &dir);
+        // Beside the clips, not among them.
+        let background = rooms::background(room, &dir.join("background"));
         for (n, clip) in clips.iter().enumerate() {
             let out = dir.join(clip.wav.file_name().unwrap());
             match &background {

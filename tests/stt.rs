@@ -102,10 +102,10 @@ fn decoding_without_timestamps_transcribes_the_set_too() {
 #[test]
 fn faster_whispers_padding_transcribes_the_set_too() {
     let _cores = cpu::heavy_blocking();
-    // The spectrogram made here instead of whisper.cpp's: every fourth clip.
-    let some: Vec<Clip> = clips().into_iter().step_by(4).collect();
+    // The spectrogram made here instead of whisper.cpp's (7.8% over the set on
+    // 2026-11-27, against 4.9% with whisper.cpp's).
     let t = transcriber_with(&ggml_model("q8_0"), |s| s.padding = Padding::Zeros);
-    assert_set_wer(&t, &some, 0.10);
+    assert_set_wer(&t, &clips(), 0.10);
 }
 
 #[test]
