@@ -556,14 +556,18 @@ fn faster_whisper(
 /// and tiny.en) against faster-whisper with its default settings on the same weights;
 /// with `STT_BENCH_BEFORE` (a `strawberry-spoke` binary of another commit, e.g. one built
 /// before the checks), that binary's `transcribe` on the same clips, for what a change
-/// does. Quiet always; the other rooms of [`rooms::ROOMS`] with `STT_BENCH_ROOMS=all` (or
-/// a comma-separated list).
+/// does. Quiet unless `STT_BENCH_NO_QUIET` is set (a room measured after a quiet run); the
+/// other rooms of [`rooms::ROOMS`] with `STT_BENCH_ROOMS=all` (or a comma-separated list).
 fn heldout(python: &Path, threads: usize, reps: usize) {
     let quiet = rooms::held_out(false);
     let wanted = std::env::var("STT_BENCH_ROOMS").unwrap_or_default();
+    let with_quiet = std::env::var_os("STT_BENCH_NO_QUIET").is_none();
     let chosen: Vec<&str> = rooms::ROOMS
         .into_iter()
-        .filter(|r| *r == "quiet" || wanted == "all" || wanted.split(',').any(|w| w == *r))
+        .filter(|r| {
+            (*r == "quiet" && with_quiet)
+                || (*r != "quiet" && (wanted == "all" || wanted.split(',').any(|w| w == *r)))
+        })
         .collect();
     let before = std::env::var_os("STT_BENCH_BEFORE").map(PathBuf::from);
     println!(
