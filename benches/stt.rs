@@ -39,9 +39,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use strawberry_spoke::stt::{
-    DEFAULT_BEAM_SIZE, DEFAULT_PADDING, DEFAULT_TIMESTAMPS, Padding, Settings, Transcriber, audio,
-};
+use strawberry_spoke::stt::{DEFAULT_BEAM_SIZE, DEFAULT_TIMESTAMPS, Settings, Transcriber, audio};
 use stt::{
     Clip, base_model, cache_dir, clips, clips_in, ct2_dir, ggml_model, lang_clips, word_error_rate,
 };
@@ -54,13 +52,11 @@ mod rooms;
 /// English voices no test uses, for the accuracy docs/voice-loop.md gives for unseen voices.
 const UNSEEN_VOICES: [&str; 4] = ["en-029", "en-gb-scotland+m2", "en-us+f4", "en-gb-x-gbcwmd"];
 
-/// How the spoke decodes: `stt.beam_size`, whether with timestamps, what pads the
-/// encoder's window.
+/// How the spoke decodes: `stt.beam_size`, and whether with timestamps.
 #[derive(Debug, Clone, Copy)]
 struct Decoding {
     beam: usize,
     timestamps: bool,
-    padding: Padding,
 }
 
 /// Greedy decoding, as the `models` part compares it with faster-whisper's greedy
@@ -68,14 +64,12 @@ struct Decoding {
 const GREEDY: Decoding = Decoding {
     beam: 1,
     timestamps: false,
-    padding: DEFAULT_PADDING,
 };
 
 /// The daemon's decoding.
 const DEFAULT: Decoding = Decoding {
     beam: DEFAULT_BEAM_SIZE,
     timestamps: DEFAULT_TIMESTAMPS,
-    padding: DEFAULT_PADDING,
 };
 
 /// The held-out rows with a beam: faster-whisper's default.
@@ -84,12 +78,6 @@ const BEAM: Decoding = Decoding { beam: 5, ..DEFAULT };
 /// The held-out rows without timestamps: the daemon's decoding until 2026-11-27.
 const NO_TIMESTAMPS: Decoding = Decoding {
     timestamps: false,
-    ..DEFAULT
-};
-
-/// The held-out rows with faster-whisper's padding of the encoder's window.
-const ZEROS: Decoding = Decoding {
-    padding: Padding::Zeros,
     ..DEFAULT
 };
 
@@ -386,7 +374,6 @@ fn spoke(
         "languages": languages,
         "beam": decoding.beam,
         "timestamps": decoding.timestamps,
-        "zeros": decoding.padding == Padding::Zeros,
         "timeout_ms": timeout_ms,
         "threads": threads,
         "reps": reps,
@@ -423,11 +410,6 @@ fn child(job: &str) {
         ),
         beam_size: job["beam"].as_u64().expect("beam") as usize,
         timestamps: job["timestamps"].as_bool().unwrap_or(DEFAULT_TIMESTAMPS),
-        padding: match job["zeros"].as_bool() {
-            Some(true) => Padding::Zeros,
-            Some(false) => Padding::Silence,
-            None => DEFAULT_PADDING,
-        },
     })
     .unwrap_or_else(|e| panic!("{e}"));
     let audios: Vec<Vec<f32>> = job["wavs"]
@@ -625,15 +607,6 @@ fn heldout(python: &Path, threads: usize, reps: usize) {
             rows.push((
                 "spoke tiny.en q8_0, no timestamps".into(),
                 tiny("q8_0", NO_TIMESTAMPS),
-            ));
-            // The encoder's window padded as faster-whisper pads it.
-            rows.push((
-                "spoke base q8_0 (auto: en/de/fr/es), faster-whisper's padding".into(),
-                base("q8_0", ZEROS),
-            ));
-            rows.push((
-                "spoke tiny.en q8_0, faster-whisper's padding".into(),
-                tiny("q8_0", ZEROS),
             ));
         }
         // What a beam costs and gives, in the quiet room (measured 2026-11-26: not

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use strawberry_spoke::stt::{Padding, Settings, Transcriber, Verdict, audio};
+use strawberry_spoke::stt::{Settings, Transcriber, Verdict, audio};
 
 use crate::support::cpu;
 use crate::support::stt::{
@@ -28,7 +28,6 @@ fn transcriber_with(model: &Path, change: impl FnOnce(&mut Settings)) -> Transcr
         timeout: std::time::Duration::from_secs(600),
         beam_size: strawberry_spoke::stt::DEFAULT_BEAM_SIZE,
         timestamps: strawberry_spoke::stt::DEFAULT_TIMESTAMPS,
-        padding: strawberry_spoke::stt::DEFAULT_PADDING,
     };
     change(&mut settings);
     Transcriber::load(&settings).unwrap_or_else(|e| panic!("{e}"))
@@ -97,15 +96,6 @@ fn decoding_without_timestamps_transcribes_the_set_too() {
     let some: Vec<Clip> = clips().into_iter().step_by(4).collect();
     let t = transcriber_with(&ggml_model("q8_0"), |s| s.timestamps = false);
     assert_set_wer(&t, &some, 0.10);
-}
-
-#[test]
-fn faster_whispers_padding_transcribes_the_set_too() {
-    let _cores = cpu::heavy_blocking();
-    // The spectrogram made here instead of whisper.cpp's (7.8% over the set on
-    // 2026-11-27, against 4.9% with whisper.cpp's).
-    let t = transcriber_with(&ggml_model("q8_0"), |s| s.padding = Padding::Zeros);
-    assert_set_wer(&t, &clips(), 0.10);
 }
 
 #[test]
@@ -307,7 +297,6 @@ fn a_transcription_out_of_time_stops_mid_decode_and_says_so() {
         timeout: Duration::from_millis(150),
         beam_size: strawberry_spoke::stt::DEFAULT_BEAM_SIZE,
         timestamps: strawberry_spoke::stt::DEFAULT_TIMESTAMPS,
-        padding: strawberry_spoke::stt::DEFAULT_PADDING,
     })
     .unwrap();
     let started = Instant::now();
@@ -369,7 +358,6 @@ fn a_looping_decode_is_caught_and_the_command_said_once() {
         // With timestamps (the daemon's default) base closes this command with one
         // instead of looping: the loop needs a decode without.
         timestamps: false,
-        padding: strawberry_spoke::stt::DEFAULT_PADDING,
     })
     .unwrap();
     let (samples, _) = audio::read_wav_16k(&clip.wav).unwrap();

@@ -25,7 +25,6 @@ fn transcriber(model: &Path, language: &str, languages: &[&str]) -> Result<Trans
         timeout: std::time::Duration::from_secs(600),
         beam_size: strawberry_spoke::stt::DEFAULT_BEAM_SIZE,
         timestamps: strawberry_spoke::stt::DEFAULT_TIMESTAMPS,
-        padding: strawberry_spoke::stt::DEFAULT_PADDING,
     })
 }
 

@@ -129,7 +129,6 @@ impl SttConfig {
             timeout: std::time::Duration::from_millis(self.timeout_ms),
             beam_size: self.beam_size,
             timestamps: crate::stt::DEFAULT_TIMESTAMPS,
-            padding: crate::stt::DEFAULT_PADDING,
         }
     }
 }

@@ -62,7 +62,6 @@
 
 pub mod audio;
 pub mod ct2;
-mod mel;
 
 use std::ffi::c_void;
 use std::io::{Read, Write};
@@ -169,24 +168,7 @@ pub struct Settings {
     /// Decode with timestamp tokens, as faster-whisper does by default
     /// ([`DEFAULT_TIMESTAMPS`]); the text is the same words without them.
     pub timestamps: bool,
-    /// What the encoder reads past the command ([`DEFAULT_PADDING`]).
-    pub padding: Padding,
 }
-
-/// What fills the encoder's window past the command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Padding {
-    /// Silence: the spectrogram of the audio followed by silence (whisper.cpp's and
-    /// openai-whisper's).
-    Silence,
-    /// Zeros: the spectrogram of the command alone, padded with zeros (faster-whisper's).
-    Zeros,
-}
-
-/// [`Settings::padding`] in the daemon: whisper.cpp's. faster-whisper's zeros made base
-/// err a little less on the tests' voices (en, fr, es) and tiny.en more (21 words wrong
-/// in 268 against 13), so neither is better for every model (BENCHMARKS.md).
-pub const DEFAULT_PADDING: Padding = Padding::Silence;
 
 /// Why speech to text failed. Each names the model file or the problem and the fix.
 #[derive(Debug, thiserror::Error)]
@@ -327,7 +309,6 @@ pub struct Transcriber {
     settings: Settings,
     language: Language,
     model_ctx: usize,
-    mel: mel::MelMaker,
     load_time: Duration,
 }
 
@@ -359,7 +340,6 @@ impl Transcriber {
         // Made once here only to fail early on a model whisper.cpp cannot run.
         drop(context.create_state().map_err(load_err)?);
         let model_ctx = usize::try_from(context.model_n_audio_ctx()).unwrap_or(1500);
-        let mel = mel::MelMaker::new(usize::try_from(context.model_n_mels()).unwrap_or(80));
         let language = language_of(settings, context.is_multilingual())?;
         let first = match &language {
             Language::Fixed(id) => *id,
@@ -379,7 +359,6 @@ impl Transcriber {
             settings: settings.clone(),
             language,
             model_ctx,
-            mel,
             load_time,
         })
     }
@@ -436,7 +415,6 @@ impl Transcriber {
         let mut language = *last_heard;
         let job = Job {
             input,
-            mel: (self.settings.padding == Padding::Zeros).then(|| self.mel.log_mel(samples)),
             audio_ctx,
             budget,
             until,
@@ -623,15 +601,6 @@ impl Transcriber {
             params.set_filter_logits_callback(Some(stop_loops));
             params.set_filter_logits_callback_user_data(stop.cast_mut().cast::<c_void>());
         }
-        if let Some(mel) = &job.mel {
-            let mel: *const mel::Mel = mel;
-            // SAFETY: the callback only reads the spectrogram, which `job` keeps alive
-            // until `full` returns, and sets it in the state whisper.cpp passes it.
-            unsafe {
-                params.set_start_encoder_callback(Some(use_mel));
-                params.set_start_encoder_callback_user_data(mel.cast_mut().cast::<c_void>());
-            }
-        }
         state.full(params, job.input).map_err(inference)?;
         read_decode(state, &job.stop, job.budget)
     }
@@ -669,7 +638,6 @@ fn inference(error: whisper_rs::WhisperError) -> SttError {
 /// What one decode needs besides the language and temperature.
 struct Job<'a> {
     input: &'a [f32],
-    mel: Option<mel::Mel>,
     audio_ctx: usize,
     budget: usize,
     until: Until,
@@ -749,33 +717,6 @@ unsafe extern "C" fn stop_loops(
 fn ends_doubled(ids: &[i32]) -> bool {
     let n = ids.len();
     (REPEAT_TOKENS..=n / 2).any(|k| ids[n - k..] == ids[n - 2 * k..n - k])
-}
-
-/// whisper.cpp's callback before each encoder pass: the spectrogram it made from the
-/// samples is replaced by [`mel`]'s, which covers the command alone; the encoder's
-/// window past it is zeros.
-unsafe extern "C" fn use_mel(
-    ctx: *mut whisper_rs::WhisperSysContext,
-    state: *mut whisper_rs::WhisperSysState,
-    mel: *mut c_void,
-) -> bool {
-    // SAFETY: `decode` passes a pointer to a `Mel` that outlives the call.
-    let mel = unsafe { &*mel.cast::<mel::Mel>() };
-    let (Ok(frames), Ok(n_mels)) = (i32::try_from(mel.frames), i32::try_from(mel.n_mels)) else {
-        return false;
-    };
-    // SAFETY: whisper.cpp passes its context and this decode's state; the call reads the
-    // context's band count only, and copies `frames x n_mels` floats from `mel.data`.
-    let set = unsafe {
-        whisper_rs::whisper_rs_sys::whisper_set_mel_with_state(
-            ctx,
-            state,
-            mel.data.as_ptr(),
-            frames,
-            n_mels,
-        )
-    };
-    set == 0
 }
 
 /// whisper.cpp's abort callback: true once the transcription's time is up or it was
