@@ -17,8 +17,8 @@
 //! with its default settings, on voices of other synthesizers (flite, festival) that no
 //! test uses, quiet and in rooms: word errors, transcript length against what was said,
 //! and each command's time ([`heldout`]). In the quiet room the spoke also runs the f16
-//! weights (what q8_0 costs), faster-whisper also decodes without timestamps (what they
-//! give it), and with `STT_BENCH_BEAM=1` the spoke decodes with a beam of 5
+//! weights (what q8_0 costs), both decode without timestamps too (what they give), the
+//! spoke pads the encoder's window with zeros as faster-whisper does, and with `STT_BENCH_BEAM=1` the spoke decodes with a beam of 5
 //! (`stt.beam_size`, faster-whisper's default), for what a beam costs and gives.
 //!
 //! `cargo bench --bench stt` (after `tests/setup.sh`); `-- models` or `-- heldout` runs
@@ -75,9 +75,9 @@ const DEFAULT: Decoding = Decoding {
 /// The held-out rows with a beam: faster-whisper's default.
 const BEAM: Decoding = Decoding { beam: 5, ..DEFAULT };
 
-/// The held-out rows with timestamps, as faster-whisper decodes by default.
-const TIMESTAMPS: Decoding = Decoding {
-    timestamps: true,
+/// The held-out rows without timestamps: the daemon's decoding until 2026-11-27.
+const NO_TIMESTAMPS: Decoding = Decoding {
+    timestamps: false,
     ..DEFAULT
 };
 
@@ -538,14 +538,18 @@ fn faster_whisper(
 /// and tiny.en) against faster-whisper with its default settings on the same weights;
 /// with `STT_BENCH_BEFORE` (a `strawberry-spoke` binary of another commit, e.g. one built
 /// before the checks), that binary's `transcribe` on the same clips, for what a change
-/// does. Quiet always; the other rooms of [`rooms::ROOMS`] with `STT_BENCH_ROOMS=all` (or
-/// a comma-separated list).
+/// does. Quiet unless `STT_BENCH_NO_QUIET` is set (a room measured after a quiet run); the
+/// other rooms of [`rooms::ROOMS`] with `STT_BENCH_ROOMS=all` (or a comma-separated list).
 fn heldout(python: &Path, threads: usize, reps: usize) {
     let quiet = rooms::held_out(false);
     let wanted = std::env::var("STT_BENCH_ROOMS").unwrap_or_default();
+    let with_quiet = std::env::var_os("STT_BENCH_NO_QUIET").is_none();
     let chosen: Vec<&str> = rooms::ROOMS
         .into_iter()
-        .filter(|r| *r == "quiet" || wanted == "all" || wanted.split(',').any(|w| w == *r))
+        .filter(|r| {
+            (*r == "quiet" && with_quiet)
+                || (*r != "quiet" && (wanted == "all" || wanted.split(',').any(|w| w == *r)))
+        })
         .collect();
     let before = std::env::var_os("STT_BENCH_BEFORE").map(PathBuf::from);
     println!(
@@ -595,14 +599,14 @@ fn heldout(python: &Path, threads: usize, reps: usize) {
                 base("f16", DEFAULT),
             ));
             rows.push(("spoke tiny.en f16".into(), tiny("f16", DEFAULT)));
-            // Decoding with timestamps, as faster-whisper does by default.
+            // Decoding without timestamps, as the daemon did before 2026-11-27.
             rows.push((
-                "spoke base q8_0 (auto: en/de/fr/es), timestamps".into(),
-                base("q8_0", TIMESTAMPS),
+                "spoke base q8_0 (auto: en/de/fr/es), no timestamps".into(),
+                base("q8_0", NO_TIMESTAMPS),
             ));
             rows.push((
-                "spoke tiny.en q8_0, timestamps".into(),
-                tiny("q8_0", TIMESTAMPS),
+                "spoke tiny.en q8_0, no timestamps".into(),
+                tiny("q8_0", NO_TIMESTAMPS),
             ));
         }
         // What a beam costs and gives, in the quiet room (measured 2026-11-26: not
@@ -739,7 +743,8 @@ fn in_room(clips: &[Clip], room: &str) -> Vec<Clip> {
     if !done.exists() {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let background = rooms::background(room, &dir);
+        // Beside the clips, not among them.
+        let background = rooms::background(room, &dir.join("background"));
         for (n, clip) in clips.iter().enumerate() {
             let out = dir.join(clip.wav.file_name().unwrap());
             match &background {
