@@ -239,7 +239,7 @@ impl Conversation {
         let Some(ringing) = &mut self.ringing else {
             return;
         };
-        let (lines, rings) = ringing.rang(Instant::now());
+        let (lines, rings) = ringing.rang();
         if rings > 1 {
             tracing::info!(ring = rings, "ringing again");
         }
@@ -341,12 +341,7 @@ impl Conversation {
             }
             Route::ListenOn => self.listen_while_ringing(),
             Route::Hush => {
-                if self.ringing.as_ref().is_some_and(|r| r.in_onset(at)) {
-                    // Listened to afresh, or the echo's utterance would run on over
-                    // the ring and swallow the person's word.
-                    tracing::info!("speech at the ring's onset: its own echo, it rings on");
-                    self.listen_while_ringing();
-                } else if self.ringing.is_some() && self.pipeline.speaker().busy() {
+                if self.ringing.is_some() && self.pipeline.speaker().busy() {
                     tracing::info!("someone speaks over the ring: it makes way");
                     self.pipeline.speaker().stop();
                 }

@@ -12,12 +12,6 @@ pub const RING_GAP: Duration = Duration::from_secs(2);
 /// Under this much ring left, nobody could finish saying "stop": no new listening window.
 const SHORTEST_WINDOW: Duration = Duration::from_secs(1);
 
-/// The start of each ring's sound that nobody answers: no one reacts to a ring within
-/// half a second, and there, after the speaker fell quiet or was reopened, the echo
-/// canceller has not yet followed the echo again (its onset passes, and was taken for
-/// a person speaking over the ring).
-pub const ONSET: Duration = Duration::from_millis(500);
-
 /// Due timers ringing until stopped.
 #[derive(Debug)]
 pub(super) struct Ringing {
@@ -29,8 +23,6 @@ pub(super) struct Ringing {
     quiet_since: Option<Instant>,
     /// How many times it has rung.
     rings: u32,
-    /// When the last ring's sound started.
-    rang_at: Option<Instant>,
 }
 
 /// What a ring needs at a tick.
@@ -52,7 +44,6 @@ impl Ringing {
             until: now + length,
             quiet_since: None,
             rings: 0,
-            rang_at: None,
         }
     }
 
@@ -61,19 +52,11 @@ impl Ringing {
         self.lines.push(line);
     }
 
-    /// A ring starts at `now`: what to say after the cue, and which ring it is (1 first).
-    pub(super) fn rang(&mut self, now: Instant) -> (&[String], u32) {
+    /// A ring starts now: what to say after the cue, and which ring it is (1 first).
+    pub(super) fn rang(&mut self) -> (&[String], u32) {
         self.quiet_since = None;
         self.rings += 1;
-        self.rang_at = Some(now);
         (&self.lines, self.rings)
-    }
-
-    /// Whether speech heard at `now` comes within the [`ONSET`] of a ring's sound: the
-    /// ring's own echo, not someone answering it.
-    pub(super) fn in_onset(&self, now: Instant) -> bool {
-        self.rang_at
-            .is_some_and(|at| now.saturating_duration_since(at) < ONSET)
     }
 
     /// The lines it rings with.
@@ -114,7 +97,7 @@ mod tests {
     fn it_rings_again_after_a_quiet_gap_and_never_over_its_own_sound() {
         let start = Instant::now();
         let mut ring = Ringing::new("pasta is ready".into(), start, MS(30_000));
-        assert_eq!(ring.rang(start), (&["pasta is ready".to_string()][..], 1));
+        assert_eq!(ring.rang(), (&["pasta is ready".to_string()][..], 1));
         // Playing: never again, however long it plays.
         assert_eq!(ring.tick(start + MS(5_000), true), RingStep::Wait);
         // Quiet from 5.5 s: not yet at 7.4 s, again from 7.5 s.
@@ -122,7 +105,7 @@ mod tests {
         assert_eq!(ring.tick(start + MS(7_400), false), RingStep::Wait);
         assert_eq!(ring.tick(start + MS(7_500), false), RingStep::Again);
         ring.add("tea is ready".into());
-        let (lines, rings) = ring.rang(start + MS(7_500));
+        let (lines, rings) = ring.rang();
         assert_eq!((lines.len(), rings), (2, 2));
         // Sound again resets the quiet.
         assert_eq!(ring.tick(start + MS(8_000), false), RingStep::Wait);
@@ -133,25 +116,10 @@ mod tests {
     }
 
     #[test]
-    fn speech_at_the_start_of_each_rings_sound_is_its_own_onset() {
-        let start = Instant::now();
-        let mut ring = Ringing::new("pasta is ready".into(), start, MS(30_000));
-        assert!(!ring.in_onset(start), "not rung yet");
-        ring.rang(start);
-        assert!(ring.in_onset(start + MS(200)));
-        assert!(!ring.in_onset(start + ONSET));
-        assert!(!ring.in_onset(start + MS(1_500)), "someone answering it");
-        // Each ring's sound has its onset.
-        ring.rang(start + MS(5_000));
-        assert!(ring.in_onset(start + MS(5_200)));
-        assert!(!ring.in_onset(start + MS(6_500)));
-    }
-
-    #[test]
     fn it_ends_at_its_time_even_while_playing() {
         let start = Instant::now();
         let mut ring = Ringing::new("bins".into(), start, MS(10_000));
-        ring.rang(start);
+        ring.rang();
         assert_eq!(ring.tick(start + MS(9_999), true), RingStep::Wait);
         assert_eq!(ring.tick(start + MS(10_000), true), RingStep::Over);
         assert_eq!(ring.tick(start + MS(10_000), false), RingStep::Over);
