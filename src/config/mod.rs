@@ -428,8 +428,8 @@ pub struct WakeConfig {
     /// A wake word file (`strawberry-spoke wakeword train` makes one). Default: the
     /// bundled "hey strawberry".
     pub file: Option<PathBuf>,
-    /// Which bundled "hey strawberry" listens when `file` is not set: `reference` or
-    /// `neural` (docs/wake-word.md compares them).
+    /// Which bundled "hey strawberry" listens when `file` is not set: `neural` (the
+    /// default) or `reference` (docs/wake-word.md compares them).
     pub bundled: Bundled,
     /// How eagerly the word is heard: `low`, `medium` or `high` (operating points
     /// measured for the bundled word; docs/wake-word.md has the figures).
