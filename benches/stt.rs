@@ -17,9 +17,9 @@
 //! with its default settings, on voices of other synthesizers (flite, festival) that no
 //! test uses, quiet and in rooms: word errors, transcript length against what was said,
 //! and each command's time ([`heldout`]). In the quiet room the spoke also runs the f16
-//! weights (what q8_0 costs), both decode without timestamps too (what they give), the
-//! spoke pads the encoder's window with zeros as faster-whisper does, and with `STT_BENCH_BEAM=1` the spoke decodes with a beam of 5
-//! (`stt.beam_size`, faster-whisper's default), for what a beam costs and gives.
+//! weights (what q8_0 costs), both decode without timestamps too (what they give), and
+//! with `STT_BENCH_BEAM=1` the spoke decodes with a beam of 5 (`stt.beam_size`,
+//! faster-whisper's default), for what a beam costs and gives.
 //!
 //! `cargo bench --bench stt` (after `tests/setup.sh`); `-- models` or `-- heldout` runs
 //! one part. faster-whisper is installed from

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use strawberry_spoke::stt::{Settings, Transcriber, Verdict, audio};
+use strawberry_spoke::stt::{Settings, Transcriber, Transcript, Verdict, audio};
 
 use crate::support::cpu;
 use crate::support::stt::{
@@ -33,16 +33,22 @@ fn transcriber_with(model: &Path, change: impl FnOnce(&mut Settings)) -> Transcr
     Transcriber::load(&settings).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Transcribes every clip and checks the word error rate over the set.
-fn assert_set_wer(t: &Transcriber, clips: &[Clip], max_wer: f64) {
-    let mut results = Vec::new();
+/// Transcribes every clip and checks the word error rate over the set; the transcripts,
+/// in the clips' order, for a test's own checks.
+fn assert_set_wer(t: &Transcriber, clips: &[Clip], max_wer: f64) -> Vec<Transcript> {
+    let mut transcripts = Vec::new();
     for clip in clips {
         let (samples, _) = audio::read_wav_16k(&clip.wav).unwrap();
         let transcript = t.transcribe(&samples).unwrap();
         assert!(transcript.audio_ctx < 1500, "{transcript:?}");
-        results.push((clip.text.as_str(), transcript.text));
+        transcripts.push(transcript);
     }
-    let wer = word_error_rate(results.iter().map(|(r, h)| (*r, h.as_str())));
+    let results: Vec<(&str, &str)> = clips
+        .iter()
+        .zip(&transcripts)
+        .map(|(c, t)| (c.text.as_str(), t.text.as_str()))
+        .collect();
+    let wer = word_error_rate(results.iter().copied());
     let report: String = results
         .iter()
         .filter(|(r, h)| normalise(r) != normalise(h))
@@ -59,25 +65,24 @@ fn assert_set_wer(t: &Transcriber, clips: &[Clip], max_wer: f64) {
         wer * 100.0,
         max_wer * 100.0
     );
+    transcripts
 }
 
 #[test]
 fn imported_q8_0_model_transcribes_the_set() {
     let _cores = cpu::heavy_blocking();
-    let t = transcriber(&ggml_model("q8_0"));
+    let clips = clips();
+    let transcripts = assert_set_wer(&transcriber(&ggml_model("q8_0")), &clips, 0.10);
     // The daemon decodes with timestamps: such a decode may end on one at the end of
     // the audio instead of the end of text; it is whole, not cut at its token budget,
     // and its words count.
-    for clip in clips() {
-        let (samples, _) = audio::read_wav_16k(&clip.wav).unwrap();
-        let transcript = t.transcribe(&samples).unwrap();
+    for (clip, transcript) in clips.iter().zip(&transcripts) {
         assert!(
             !transcript.text.is_empty() && transcript.verdict != Verdict::Garbled,
             "{}: {transcript:?}",
             clip.wav.display()
         );
     }
-    assert_set_wer(&t, &clips(), 0.10);
 }
 
 #[test]
