@@ -1,19 +1,28 @@
-//! The speaker: a thread that opens the cpal output only while there is something to
-//! play, and a WAV file sink with the same interface for `listen --out`.
+//! The speaker: a thread that opens the cpal output when there is something to play,
+//! and a WAV file sink with the same interface for `listen --out`.
 //!
-//! Why open per reply: on a Pi the output is often shared through `dmix`, and a
-//! stream held open forever keeps the card busy and burns a core on some drivers;
-//! an unpaced device (ALSA's `file`/`null`, used in tests) would spin. The speaker is
-//! done ([`Output::busy`] false) once the queue has run dry and a short tail of silence
-//! has been written; the stream stays open a few seconds longer ([`LINGER`]), both
-//! counted in samples rather than wall time, so a real card has played what it was given
-//! and an unpaced one closes at once. Why linger: every open starts the card's buffers
-//! anew and moves the delay between playing and hearing by a few ms, which the echo
-//! canceller must find again while the echo gets through; a ring every few seconds, or
-//! a ring right after a reply, would start each time with its echo barely cancelled. The callback never blocks: it `try_lock`s
-//! the queue and writes silence if it is contended. A missing or failing output is
-//! logged with the outputs that exist; what was to be played is dropped, and the next
-//! reply tries again. Nothing here panics on what the device does.
+//! Why open on demand: an unpaced device (ALSA's `file`/`null`, used in tests) would
+//! spin if held open, and without echo cancellation nothing needs the stream between
+//! replies. The speaker is done ([`Output::busy`] false) once the queue has run dry and
+//! a short tail of silence has been written; the stream stays open a few seconds longer
+//! ([`LINGER`]), both counted in samples rather than wall time, so a real card has played
+//! what it was given and an unpaced one closes at once.
+//!
+//! Why it stays open for good once the echo canceller is fed ([`Player::feed_echo`]) and
+//! the device keeps real time: every open starts the card's buffers anew and moves the
+//! delay between playing and hearing by a few ms. The canceller then has to find it again
+//! while the start of the sound passes it: a timer that rings minutes after the last reply
+//! would begin with its echo barely cancelled, loud enough to be taken for someone talking
+//! over it. Writing silence between sounds keeps the delay where the canceller found it,
+//! as a sound server's echo-cancel module keeps its sink running; it costs the callback's
+//! wake-ups, and the card is held (through `dmix` it stays shared). Whether the device
+//! keeps real time is read from what it took: an unpaced one has taken far more audio
+//! than the time it has been open, and closes after [`LINGER`] as before.
+//!
+//! The callback never blocks: it `try_lock`s the queue and writes silence if it is
+//! contended. A missing or failing output is logged with the outputs that exist; what was
+//! to be played is dropped, and the next reply tries again. Nothing here panics on what
+//! the device does.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -31,9 +40,13 @@ use super::resample::resample;
 /// Silence written after the last sample before the speaker counts as done.
 const TAIL: Duration = Duration::from_millis(250);
 
-/// Silence written after the last sample before the stream is closed: longer than the
-/// gap between two rings of a timer (`daemon::ringing::RING_GAP`).
+/// Silence written after the last sample before the stream is closed (when it may be):
+/// longer than the gap between two rings of a timer (`daemon::ringing::RING_GAP`).
 const LINGER: Duration = Duration::from_millis(3_000);
+
+/// How far ahead of the wall clock a device may take audio and still be keeping real
+/// time: its buffers, filled at once when it opens.
+const PACED_SLACK: Duration = Duration::from_millis(1_000);
 
 /// Where speech and cues go: the speaker, or a file.
 pub trait Output: Send + Sync {
@@ -62,6 +75,8 @@ struct Shared {
     sounding: AtomicBool,
     /// Silent samples written since the queue ran dry.
     silence: AtomicU64,
+    /// Frames written since the stream was opened.
+    written: AtomicU64,
     first_audio: Mutex<Option<Instant>>,
     /// Bumped by `stop`: audio resampled for an older generation is not queued.
     generation: AtomicU64,
@@ -167,6 +182,7 @@ struct Owner {
 struct Open {
     _stream: cpal::Stream,
     rate: u32,
+    opened: Instant,
     errors: Receiver<String>,
     /// Underruns counted by the stream's error callback, reported when it closes.
     xruns: Arc<AtomicU64>,
@@ -193,7 +209,14 @@ impl Owner {
         let mut open: Option<Open> = None;
         loop {
             let request = if open.is_some() {
-                match self.requests.recv_timeout(Duration::from_millis(10)) {
+                // Often while something sounds, to see its tail end; seldom while an open
+                // speaker only plays silence.
+                let tick = if self.shared.sounding.load(Ordering::SeqCst) {
+                    Duration::from_millis(10)
+                } else {
+                    Duration::from_millis(100)
+                };
+                match self.requests.recv_timeout(tick) {
                     Ok(r) => Some(r),
                     Err(RecvTimeoutError::Timeout) => None,
                     Err(RecvTimeoutError::Disconnected) => {
@@ -229,7 +252,10 @@ impl Owner {
             if drained && silence >= samples_of(TAIL) {
                 self.shared.sounding.store(false, Ordering::SeqCst);
             }
-            if drained && silence >= samples_of(LINGER) {
+            let written = self.shared.written.load(Ordering::SeqCst);
+            let cancelling = self.shared.echo.get().is_some()
+                && keeps_real_time(written, o.rate, o.opened.elapsed());
+            if drained && silence >= samples_of(LINGER) && !cancelling {
                 o.report_underruns();
                 tracing::debug!(device = %o.device, "audio output closed");
                 open = None;
@@ -299,6 +325,7 @@ impl Owner {
         let shared = self.shared.clone();
         let (errors, error_rx) = mpsc::sync_channel(8);
         let xruns = Arc::new(AtomicU64::new(0));
+        self.shared.written.store(0, Ordering::SeqCst);
         let stream = device
             .build_output_stream_raw(
                 config,
@@ -315,11 +342,19 @@ impl Owner {
         Ok(Open {
             _stream: stream,
             rate: config.sample_rate,
+            opened: Instant::now(),
             errors: error_rx,
             xruns,
             device: id,
         })
     }
+}
+
+/// Whether a device that took `written` frames at `rate` in `elapsed` since it opened
+/// plays them at about real-time pace (a sound card), not as fast as they come (a file).
+fn keeps_real_time(written: u64, rate: u32, elapsed: Duration) -> bool {
+    let taken = Duration::from_secs_f64(written as f64 / f64::from(rate.max(1)));
+    taken <= elapsed + PACED_SLACK
 }
 
 fn find_output(host: &cpal::Host, name: &str) -> Option<cpal::Device> {
@@ -365,6 +400,7 @@ fn fill(data: &mut cpal::Data, channels: usize, rate: u32, shared: &Shared) {
         {
             first.get_or_insert_with(Instant::now);
         }
+        shared.written.fetch_add(frames as u64, Ordering::Relaxed);
         let silent = (frames - taken) as u64;
         if taken == frames {
             shared.silence.store(0, Ordering::Relaxed);
@@ -499,6 +535,16 @@ mod tests {
         let (samples, rec) = super::super::wav::read_wav_16k(&path).unwrap();
         assert_eq!(rec.sample_rate, 16_000);
         assert!((samples[8_000] - 0.4).abs() < 0.01, "{}", samples[8_000]);
+    }
+
+    #[test]
+    fn a_device_that_takes_audio_faster_than_it_plays_does_not_keep_real_time() {
+        let second = Duration::from_secs(1);
+        // A card: its buffers filled at once, then the wall clock's pace.
+        assert!(keeps_real_time(48_000 / 2, 48_000, Duration::ZERO));
+        assert!(keeps_real_time(48_000 * 61, 48_000, 60 * second));
+        // A file: a minute of audio taken in a second.
+        assert!(!keeps_real_time(48_000 * 60, 48_000, second));
     }
 
     #[test]
