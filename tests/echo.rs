@@ -90,6 +90,26 @@ fn a_reply_the_microphone_never_hears_is_reported_as_no_delay_found() {
 }
 
 #[test]
+fn audio_played_while_the_microphone_is_silent_is_dropped_not_reported_lost() {
+    let (reference, mut canceller) = echo::pair().unwrap();
+    for _ in 0..2_000 {
+        reference.played(vec![0.1; CALLBACK], SPEAKER_RATE);
+    }
+    canceller.microphone_silent();
+    reference.played(vec![0.1; CALLBACK], SPEAKER_RATE);
+    let mut frame = Frame {
+        start: 0,
+        samples: vec![0.0; FRAME_SAMPLES],
+    };
+    canceller.process(&mut frame).unwrap();
+    assert!(
+        !matches!(canceller.health(), EchoHealth::ReferenceLost { .. }),
+        "{:?}",
+        canceller.health()
+    );
+}
+
+#[test]
 fn played_audio_the_capture_side_never_collects_is_reported_lost() {
     let (reference, mut canceller) = echo::pair().unwrap();
     for _ in 0..2_000 {

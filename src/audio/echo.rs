@@ -631,6 +631,17 @@ impl Canceller {
         Ok(())
     }
 
+    /// The microphone has delivered nothing for a while (its device is lost and being
+    /// reopened): what the speaker plays meanwhile is heard by nobody, so it is dropped
+    /// rather than paired with the frames that come after, and what the full queue could
+    /// not take is not reported lost (the board is not too busy; the log already says the
+    /// microphone stopped).
+    pub fn microphone_silent(&mut self) {
+        while self.played.try_recv().is_ok() {}
+        self.pending.clear();
+        self.lost_seen = self.lost.load(Ordering::Relaxed);
+    }
+
     /// Hears the linear filter's output (`true`) instead of the residual echo
     /// suppressor's, until told otherwise. For a moment where every sound of the person
     /// matters more than the last of the echo: while both talk, the suppressor takes a

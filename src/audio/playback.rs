@@ -184,16 +184,17 @@ struct Open {
     rate: u32,
     opened: Instant,
     errors: Receiver<String>,
-    /// Underruns counted by the stream's error callback, reported when it closes.
+    /// Underruns counted by the stream's error callback, reported after each sound and
+    /// when it closes.
     xruns: Arc<AtomicU64>,
     device: String,
 }
 
 impl Open {
-    /// Says, at warn level, how often the output ran dry while it was open: a reply
+    /// Says, at warn level, how often the output ran dry since it last said so: a reply
     /// that sounded cut or garbled on a busy board shows in the log.
     fn report_underruns(&self) {
-        let count = self.xruns.load(Ordering::Relaxed);
+        let count = self.xruns.swap(0, Ordering::Relaxed);
         if count > 0 {
             tracing::warn!(
                 device = %self.device,
@@ -249,8 +250,12 @@ impl Owner {
             let samples_of = |d: Duration| u64::from(o.rate) * d.as_millis() as u64 / 1000;
             let drained = lock(&self.shared.queue).is_empty();
             let silence = self.shared.silence.load(Ordering::SeqCst);
-            if drained && silence >= samples_of(TAIL) {
-                self.shared.sounding.store(false, Ordering::SeqCst);
+            if drained
+                && silence >= samples_of(TAIL)
+                && self.shared.sounding.swap(false, Ordering::SeqCst)
+            {
+                // Per sound, not per open: an output kept open never closes.
+                o.report_underruns();
             }
             let written = self.shared.written.load(Ordering::SeqCst);
             let cancelling = self.shared.echo.get().is_some()

@@ -14,6 +14,10 @@ use super::listener::{Command, Heard, Listener};
 use super::systemd::Heartbeat;
 use crate::audio::{Capture, CaptureStatus};
 
+/// No frame for this long: the microphone has stopped delivering (its device is being
+/// reopened), not merely delivered a large buffer late.
+const MICROPHONE_SILENT: Duration = Duration::from_secs(1);
+
 /// What the voice loop is told by the conversation task.
 pub(super) enum Control {
     /// Listen for a command without the wake word, for this many milliseconds.
@@ -42,6 +46,7 @@ pub(super) struct AudioLoop {
 impl AudioLoop {
     pub(super) fn run(mut self) {
         let mut status_at = Instant::now();
+        let mut last_frame = Instant::now();
         while !self.stop.is_cancelled() {
             self.beat.beat();
             while let Ok(control) = self.control.try_recv() {
@@ -64,6 +69,7 @@ impl AudioLoop {
                 .recv_timeout(Duration::from_millis(100))
             {
                 Ok(mut frame) => {
+                    last_frame = Instant::now();
                     if let Some(echo) = &mut self.echo {
                         // Over a ring, "stop" must reach Whisper whole; the listener's
                         // bar keeps the echo the suppressor would have taken out.
@@ -81,7 +87,15 @@ impl AudioLoop {
                         return;
                     }
                 }
-                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    // The speaker keeps playing while the microphone is reopened: what it
+                    // plays meanwhile would otherwise pile up as the canceller's reference.
+                    if let Some(echo) = &mut self.echo
+                        && last_frame.elapsed() >= MICROPHONE_SILENT
+                    {
+                        echo.microphone_silent();
+                    }
+                }
                 Err(RecvTimeoutError::Disconnected) => return,
             }
             if status_at.elapsed() >= Duration::from_millis(500) {

@@ -37,6 +37,11 @@ impl EchoStage {
         self.canceller.set_linear(linear);
     }
 
+    /// No frame has come for a while ([`Canceller::microphone_silent`]).
+    pub fn microphone_silent(&mut self) {
+        self.canceller.microphone_silent();
+    }
+
     /// Takes the echo out of `frame`. A block AEC3 rejects is passed on as heard.
     pub fn process(&mut self, frame: &mut Frame) {
         if let Err(error) = self.canceller.process(frame) {
