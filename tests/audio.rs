@@ -299,16 +299,21 @@ fn a_stream_that_stops_delivering_is_reopened() {
     let capture = Capture::start(settings_for(MIC_16K_MONO)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut after: Vec<f32> = Vec::new();
-    let mut last_start = None;
+    let mut last: Option<(u64, u64)> = None;
+    let mut widest_gap = 0;
     let mut reopened = false;
     while Instant::now() < deadline && after.len() < 8000 {
         let Ok(frame) = capture.frames().recv_timeout(Duration::from_millis(50)) else {
             continue;
         };
-        if let Some(prev) = last_start {
-            assert!(frame.start > prev, "positions only grow");
+        if let Some((start, end)) = last {
+            assert!(
+                frame.start >= end && frame.start > start,
+                "positions only grow"
+            );
+            widest_gap = widest_gap.max(frame.start - end);
         }
-        last_start = Some(frame.start);
+        last = Some((frame.start, frame.end()));
         reopened |= matches!(capture.status(), CaptureStatus::Running { opened: 2.., .. });
         if reopened && rms(&frame.samples) > 0.2 {
             after.extend(&frame.samples);
@@ -325,6 +330,12 @@ fn a_stream_that_stops_delivering_is_reopened() {
     );
     let f = frequency(&after[..8000]);
     assert!((f - 1000.0).abs() < 10.0, "after reopening: {f:.1} Hz");
+    // The stall lasted at least the 600 ms timeout (the watch notices frames to within
+    // 100 ms): the positions say that much audio was lost (half a second at 16 kHz).
+    assert!(
+        widest_gap >= 8_000,
+        "positions moved on by only {widest_gap} samples across the reopen"
+    );
 }
 
 #[test]

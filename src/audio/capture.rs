@@ -181,6 +181,7 @@ impl Capture {
             status: status.clone(),
             shared: Arc::default(),
             opened: 0,
+            heard_at: None,
         };
         let thread = std::thread::Builder::new()
             .name("audio-capture".into())
@@ -293,6 +294,9 @@ struct Owner {
     shared: Arc<Shared>,
     /// Successful opens so far.
     opened: u32,
+    /// When a stream last delivered frames (to within the watch's tick): a device opened
+    /// after that moves the positions on by the time in between.
+    heard_at: Option<Instant>,
 }
 
 impl Owner {
@@ -358,6 +362,7 @@ impl Owner {
                 message: e.to_string(),
                 available: input_names(&host),
             })?;
+        self.skip_lost_time();
         let mut converter = Converter {
             channels: usize::from(config.channels.max(1)),
             resampler,
@@ -395,6 +400,23 @@ impl Owner {
             xruns,
             device: id,
         })
+    }
+
+    /// Moves the positions on by the audio lost since a stream last delivered (at least
+    /// one frame), so that what comes next is not taken to follow it: the pre-roll drops
+    /// what it held, and times measured across the gap stay true. Counted up to now, so
+    /// an open that fails after this does not count the same time twice.
+    fn skip_lost_time(&mut self) {
+        let Some(heard_at) = self.heard_at else {
+            return;
+        };
+        let now = Instant::now();
+        let lost = (now.duration_since(heard_at).as_secs_f64() * f64::from(SAMPLE_RATE)) as u64;
+        let frames = lost.div_ceil(FRAME_SAMPLES as u64).max(1);
+        self.shared
+            .position
+            .fetch_add(frames * FRAME_SAMPLES as u64, Ordering::Relaxed);
+        self.heard_at = Some(now);
     }
 
     /// The device's default configuration, with the configured rate, channels and format
@@ -458,6 +480,7 @@ impl Owner {
             if now != seen {
                 seen = now;
                 last_audio = Instant::now();
+                self.heard_at = Some(last_audio);
             } else if last_audio.elapsed() >= self.settings.stall_timeout {
                 break Ended::Failed(CaptureError::Stalled {
                     device: open.device.clone(),
