@@ -1,10 +1,11 @@
 """Measures trained models' operating points on the dev split only (dev voices' phrases
-in four rooms, with flite's training voices for another engine's timing, and two hours
-of dev voices reading training text, alone, over music and noise), picks the model and
-the detection rule that hear the most dev phrases at the medium point (espeak's and
-flite's counting alike; of rules within a point of the best, the shortest), writes them into the model file with the timing figures the detector
-needs, and exports the exactness check (a fixed clip's features and logits) for
-tests/wake.rs.
+in four rooms, with flite's training voices and festival's other-language voices for
+other engines' timing, and two hours of dev voices reading training text, alone, over
+music and noise), picks the model and the detection rule that hear the most dev phrases
+at the medium point (espeak's, flite's and festival's groups counting alike; of rules
+within a point of the best, the shortest), writes them into the model file with the
+timing figures the detector needs, and exports the exactness check (a fixed clip's
+features and logits) for tests/wake.rs.
 
 Usage: calibrate.py OUT.wake CHECK MODEL.wake [MODEL.wake ...]
        calibrate.py --measure MODEL.wake ... (measures now; a later run reuses it)
@@ -34,9 +35,9 @@ RULES = (2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 28, 32, 40)
 # Rules whose dev detection is within this of the best are tied: the shortest wins, as
 # a voice whose score falls sooner than the dev voices' still fires with it.
 TIE = 0.01
-# Dev phrase groups, by file name: flite's training voices (common.DEV_FLITE) and the
-# espeak dev voices.
-GROUPS = ("espeak", "flite")
+# Dev phrase groups, by file name: the espeak dev voices, flite's training voices
+# (common.DEV_FLITE) and festival's other-language voices (common.DEV_FESTIVAL).
+GROUPS = ("espeak", "flite", "festival")
 # Thresholds tried, even in logit space (scores crowd near 1).
 THRESHOLDS = 1 / (1 + np.exp(-np.arange(-1.0, 10.0, 0.125)))
 
@@ -179,7 +180,8 @@ def dev_scores(h, a):
 
 
 def group_of(path):
-    return "flite" if os.path.basename(path).startswith("flite_") else "espeak"
+    name = os.path.basename(path)
+    return next((g for g in GROUPS[1:] if name.startswith(g + "_")), "espeak")
 
 
 def rule_table(pos, negs, clips, hours, k):
@@ -236,8 +238,8 @@ def main():
         for k, table in tables.items():
             pts = points(table)
             by_group = pts["medium"][0][5]
-            # Each group's mean over the rooms, then the groups' mean: the few flite
-            # voices count as much as the espeak ones.
+            # Each group's mean over the rooms, then the groups' mean: the few flite and
+            # festival voices count as much as the espeak ones.
             per = [np.mean([v for c, v in by_group.items() if c.startswith(g + " ")])
                    for g in GROUPS if any(c.startswith(g + " ") for c in by_group)]
             score = float(np.mean(per)) if pts["medium"][1] else -1.0

@@ -493,7 +493,8 @@ def eval_job(job):
         out = {c: os.path.join(root, c, name + ".wav") for c in ("quiet", "reverb", "noise10", "babble5")}
         if all(os.path.exists(p) for p in out.values()):
             return
-        ph = trim(synth(engine, v, variant, "hey strawberry", 0.45, 0.5))
+        said = common.DEV_FESTIVAL.get(v, "hey strawberry") if engine == "festival" else "hey strawberry"
+        ph = trim(synth(engine, v, variant, said, 0.45, 0.5))
         co = trim(synth(engine, v, variant, cmd, 0.45, 0.5))
         lead = np.zeros(int(SR * 1.0), np.float32)
         gap = np.zeros(int(SR * 0.3), np.float32)
@@ -599,6 +600,15 @@ def stage_eval(workers, split="test"):
                 for ci, cmd in enumerate(texts.TRAIN_COMMANDS[:8]):
                     name = f"flite_{v}_{'default' if cents == 0 else f'pitch{cents:+d}'}_{ci:02d}"
                     jobs.append(("phrase", k, ("flite", v, ""), (name, cmd, cents), split))
+                    k += 1
+        # Festival's other-language voices (common.DEV_FESTIVAL) the same way: voices and
+        # an engine no round trained on.
+        k = 30_000
+        for v in common.DEV_FESTIVAL:
+            for cents in (0, -300, 300):
+                for ci, cmd in enumerate(texts.TRAIN_COMMANDS[:8]):
+                    name = f"festival_{v}_{'default' if cents == 0 else f'pitch{cents:+d}'}_{ci:02d}"
+                    jobs.append(("phrase", k, ("festival", v, ""), (name, cmd, cents), split))
                     k += 1
         # 2 hours of negatives: 16 x 5 min speech, 6 x 5 min speech over music, 2 x 5 min
         # noise and music alone.

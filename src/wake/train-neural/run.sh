@@ -6,7 +6,9 @@
 # held-out test set this script also writes.
 #
 # Needs (Debian packages): espeak-ng espeak flite festival festvox-kallpc16k
-# festvox-kdlpc16k festvox-us-slt-hts festlex-cmu sox; (PyPI) numpy scipy jax
+# festvox-kdlpc16k festvox-us-slt-hts festlex-cmu sox, and for the dev split (round 5
+# on) festvox-suopuhe-lj festvox-suopuhe-mv festvox-italp16k festvox-itapc16k
+# festvox-czech-machac; (PyPI) numpy scipy jax
 # (jax 0.10 with its CPU jaxlib: ~100 MB, installs in a minute; PyPI's torch wheel
 # pulls gigabytes of CUDA libraries, so it is not used). Nothing else is downloaded.
 #
@@ -64,7 +66,19 @@
 #                  ~6 min   the test set alone (no dev twin), from nothing: 576 phrases in
 #                           4 rooms and 10.0 h of negatives (85 speech, 21 TV, 14 noise
 #                           5-minute files, 1.1 GB); the first 2.83 h are the files above
-# About 4 h 50 min in all. Everything is cached under $WAKE_CACHE (default
+# Round 5 (2026-11-28, 01:04-02:24 UTC, from nothing on a fresh machine; load 4-5 while
+# a cold CI run shared it until 01:48, idle after; `nice -n 19`):
+#   gen.py tts     ~21 min  (WAKE_PARAS=1700; ~3 min on the idle machine)
+#   gen.py feat    ~24 min  120 training shards (~12 min idle)
+#   gen.py noisy, babble ~6 min; eval-dev 1 min (now with festival's other-language
+#                           voices: 1,376 dev phrases)
+#   mine.py 3       ~5 min  round 3's hard negatives, with the bundled word, from the
+#                           paragraphs 500-1700 (120 groups, 3,217 hard stretches)
+#   train.py       ~18 min  (WAKE_ROUND=5 WAKE_CHANNELS=128) 4 epochs from the bundled
+#                           word, 92,588 clips, ~265 s each
+#   calibrate.py    ~4 min  round 3 and round 5's four epochs on the dev recordings
+# In this script round 5 fine-tunes the run's own round 3 with its own mining.
+# About 5 h 15 min in all. Everything is cached under $WAKE_CACHE (default
 # ~/.cache/strawberry/wake/neural); a rerun skips what exists, and training resumes
 # from its last finished epoch. Delete the cache directory to start from nothing.
 #
@@ -88,5 +102,6 @@ r3=$(ls -v "$cache"/train/hey_strawberry-c128-r3-e*.wake | tail -n 1)  # round 3
 WAKE_PARAS=2900 nice -n 19 python3 gen.py tts
 WAKE_CHANNELS=128 nice -n 19 python3 mine.py 3 "$r3" 2300
 WAKE_ROUND=4 WAKE_CHANNELS=128 nice -n 19 python3 train.py
+WAKE_ROUND=5 WAKE_CHANNELS=128 WAKE_FROM="$r3" nice -n 19 python3 train.py
 nice -n 19 python3 calibrate.py "$repo/src/wake/hey_strawberry.wake" "$repo/tests/wake/neural-check" \
-  "$r3" "$cache"/train/hey_strawberry-c128-r4-e*.wake
+  "$r3" "$cache"/train/hey_strawberry-c128-r[45]-e*.wake

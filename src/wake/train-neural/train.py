@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 
+import calibrate
 import common
 from common import CACHE, NMELS
 
@@ -196,13 +197,20 @@ def export(p, mean, std, path, meta):
 # 3's last epoch (WAKE_CHANNELS=128) with the longer "wake" labels and the third mining
 # round's negatives (mine.py 3, with round 3's model; "mine3*4": repeated four times, as
 # they are few next to the 86,000 clips of the earlier rounds). Rounds 2-4 write every epoch as a
-# model file too, for calibrate.py to choose among on the dev recordings.
+# model file too, for calibrate.py to choose among on the dev recordings. 5 fine-tunes a
+# model file (WAKE_FROM, by default the bundled word, round 3) as round 4 did, for 4
+# epochs, keeping the file's normalisation, on what a fresh cache can make in about half
+# an hour (gen.py's clips, noisy and babble clips, and mine.py 3's hard negatives mined
+# with that file): the earlier rounds' mined negatives need their own models.
 ROUND = os.environ.get("WAKE_ROUND", "")
 ROUNDS = {"1": ("ft", f"state-c{C}.npz", ["mine"], 4, 5e-4, 25),
           "2": ("ft2", f"state-c{C}-ft.npz", ["mine", "mine2", "noisy"], 4, 7e-4, 25),
           "3": ("r3", None, ["mine", "mine2", "noisy", "babble"], 10, 2e-3, 25),
           "4": ("r4", f"state-c{C}-r3.npz", ["mine", "mine2", "noisy", "babble", "mine3*4"], 2,
-                7e-4, 45)}
+                7e-4, 45),
+          "5": ("r5", os.environ.get("WAKE_FROM", os.path.join(common.REPO, "src", "wake",
+                                                             "hey_strawberry.wake")),
+                ["noisy", "babble", "mine3*4"], 4, 7e-4, 45)}
 if ROUND:
     TAG, FROM, EXTRA, EPOCHS, LR, POS_HI = ROUNDS[ROUND]
     TAG = "-" + TAG
@@ -227,7 +235,14 @@ def main():
     rng = np.random.default_rng(0)
     p = init(rng)
     ck = os.path.join(CACHE, "train")
-    if FROM:
+    if FROM and FROM.endswith(".wake"):
+        # A model file: its weights and the normalisation they were trained with.
+        h, arrays = calibrate.read_model(FROM)
+        if h["channels"] != C:
+            sys.exit(f"{FROM} has {h['channels']} channels: set WAKE_CHANNELS={h['channels']}")
+        p = {n: jnp.asarray(arrays[n]) for n in p}
+        mean, std = arrays["mean"].copy(), arrays["std"].copy()
+    elif FROM:
         d = np.load(os.path.join(ck, FROM))
         p = {n: jnp.asarray(d["p_" + n]) for n in p}
     m = {k: jnp.zeros_like(a) for k, a in p.items()}
@@ -272,7 +287,7 @@ def main():
                  **{"v_" + n: np.asarray(a) for n, a in v.items()},
                  **{"b_" + n: np.asarray(a) for n, a in best_p.items()})
         os.replace(state + ".tmp.npz", state)
-        if ROUND in ("2", "3", "4"):
+        if ROUND in ("2", "3", "4", "5"):
             export(p, mean, std, os.path.join(ck, f"hey_strawberry-c{C}{TAG}-e{epoch + 1}.wake"),
                    {"name": "hey strawberry", "epoch": epoch + 1})
     out = os.environ.get("WAKE_MODEL_OUT", os.path.join(ck, f"hey_strawberry-c{C}{TAG}.wake"))
