@@ -592,24 +592,20 @@ def stage_eval(workers, split="test"):
             for ci, cmd in enumerate(texts.TRAIN_COMMANDS[:8]):
                 name = f"{voice[0]}_{voice[1]}_{voice[2] or 'default'}_{ci:02d}"
                 jobs.append(("phrase", vi * 100 + ci, voice, (name, cmd, 0), split))
-        # flite's training voices (common.DEV_FLITE), as said and pitched up and down 3
-        # semitones as the test set's other speakers are: the dev set's non-espeak timing.
-        k = 20_000
-        for v in common.DEV_FLITE:
-            for cents in (0, -300, 300):
-                for ci, cmd in enumerate(texts.TRAIN_COMMANDS[:8]):
-                    name = f"flite_{v}_{'default' if cents == 0 else f'pitch{cents:+d}'}_{ci:02d}"
-                    jobs.append(("phrase", k, ("flite", v, ""), (name, cmd, cents), split))
-                    k += 1
-        # Festival's other-language voices (common.DEV_FESTIVAL) the same way: voices and
-        # an engine no round trained on.
-        k = 30_000
-        for v in common.DEV_FESTIVAL:
-            for cents in (0, -300, 300):
-                for ci, cmd in enumerate(texts.TRAIN_COMMANDS[:8]):
-                    name = f"festival_{v}_{'default' if cents == 0 else f'pitch{cents:+d}'}_{ci:02d}"
-                    jobs.append(("phrase", k, ("festival", v, ""), (name, cmd, cents), split))
-                    k += 1
+        # Other engines' voices, as said and pitched up and down 3 semitones as the test
+        # set's other speakers are: flite's training voices (common.DEV_FLITE), the dev
+        # set's non-espeak timing, and festival's other-language voices
+        # (common.DEV_FESTIVAL), voices and an engine no round trained on.
+        for engine, dev_voices, first in (("flite", common.DEV_FLITE, 20_000),
+                                          ("festival", common.DEV_FESTIVAL, 30_000)):
+            k = first
+            for v in dev_voices:
+                for cents in (0, -300, 300):
+                    for ci, cmd in enumerate(texts.TRAIN_COMMANDS[:8]):
+                        pitch = "default" if cents == 0 else f"pitch{cents:+d}"
+                        name = f"{engine}_{v}_{pitch}_{ci:02d}"
+                        jobs.append(("phrase", k, (engine, v, ""), (name, cmd, cents), split))
+                        k += 1
         # 2 hours of negatives: 16 x 5 min speech, 6 x 5 min speech over music, 2 x 5 min
         # noise and music alone.
         for i in range(24):
