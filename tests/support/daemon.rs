@@ -155,6 +155,16 @@ output = "spoke_test_speaker"
         std::fs::metadata(self.path("speaker.out")).map_or(0, |m| m.len())
     }
 
+    /// Whether anything but silence was played after the first `offset` bytes: an output
+    /// the spoke keeps open between sounds goes on writing silence, which no one hears.
+    pub fn sounded_since(&self, offset: u64) -> bool {
+        let played = std::fs::read(self.path("speaker.out")).unwrap_or_default();
+        let offset = usize::try_from(offset).unwrap_or(usize::MAX);
+        played
+            .get(offset..)
+            .is_some_and(|new| new.iter().any(|&b| b != 0))
+    }
+
     /// Speaks `text` with espeak-ng; the 16 kHz samples.
     pub fn espeak(&self, text: &str) -> Vec<f32> {
         let wav = self.path("said.wav");
