@@ -99,9 +99,9 @@ DEV_FLITE = ["kal", "kal16", "awb", "slt"]
 # an unseen voice's would. Their own letter-to-sound rules need the phrase respelled;
 # Whisper base reads these as "hey strawberry" or "a strawberry" (the Italian voices
 # drop the h). The held-out festival voices are festival's English ones.
-DEV_FESTIVAL = {"hy_fi_mv_diphone": "Hei stroberi", "suo_fi_lj_diphone": "Hei stroberi",
-                "lp_diphone": "Hei stroberi", "pc_diphone": "Hei stroberi",
-                "czech_machac": "Hei stroberi"}
+DEV_FESTIVAL = ["hy_fi_mv_diphone", "suo_fi_lj_diphone", "lp_diphone", "pc_diphone",
+                "czech_machac"]
+DEV_FESTIVAL_PHRASE = "Hei stroberi"
 
 
 def espeak_ng_variants():

@@ -493,7 +493,7 @@ def eval_job(job):
         out = {c: os.path.join(root, c, name + ".wav") for c in ("quiet", "reverb", "noise10", "babble5")}
         if all(os.path.exists(p) for p in out.values()):
             return
-        said = common.DEV_FESTIVAL.get(v, "hey strawberry") if engine == "festival" else "hey strawberry"
+        said = common.DEV_FESTIVAL_PHRASE if v in common.DEV_FESTIVAL else "hey strawberry"
         ph = trim(synth(engine, v, variant, said, 0.45, 0.5))
         co = trim(synth(engine, v, variant, cmd, 0.45, 0.5))
         lead = np.zeros(int(SR * 1.0), np.float32)

@@ -199,8 +199,8 @@ def export(p, mean, std, path, meta):
 # they are few next to the 86,000 clips of the earlier rounds). Rounds 2-4 write every epoch as a
 # model file too, for calibrate.py to choose among on the dev recordings. 5 fine-tunes a
 # model file (WAKE_FROM, by default the bundled word, round 3) as round 4 did, for 4
-# epochs, keeping the file's normalisation, on what a fresh cache can make in about half
-# an hour (gen.py's clips, noisy and babble clips, and mine.py 3's hard negatives mined
+# epochs, keeping the file's normalisation, on what a fresh cache can make in under an
+# hour (gen.py's clips, noisy and babble clips, and mine.py 3's hard negatives mined
 # with that file): the earlier rounds' mined negatives need their own models.
 ROUND = os.environ.get("WAKE_ROUND", "")
 ROUNDS = {"1": ("ft", f"state-c{C}.npz", ["mine"], 4, 5e-4, 25),
