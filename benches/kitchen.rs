@@ -3,7 +3,7 @@
 //! the model, with the echo canceller on and off in the same run.
 //!
 //! The spoke is `tests/support/kitchen.rs`'s: the real `run` daemon (espeak-ng replies,
-//! the bundled wake word, tiny.en), its speaker heard by its own microphone through
+//! the bundled wake word each setup names, tiny.en), its speaker heard by its own microphone through
 //! `tests/support/live_room.rs` at real-time pace (20 ms of sound's and card's delay
 //! beyond the speaker's pipe, a reverberant tail, the echo about 3 dB louder at the
 //! microphone than the person). Each barge-in trial says "hey strawberry, what is the
@@ -14,7 +14,8 @@
 //! voice and say "stop" (espeak-ng en-us) 1.5 s into its ring, which otherwise rings
 //! for 12 s.
 //!
-//! `cargo bench --bench kitchen` (after `tests/setup.sh`). `KITCHEN_BENCH_TRIALS`
+//! `cargo bench --bench kitchen` (after `tests/setup.sh`; `--profile dev` runs the
+//! test suite's debug daemon, built in seconds when the tests were). `KITCHEN_BENCH_TRIALS`
 //! (default 10) barge-in trials and `KITCHEN_BENCH_REPLIES` (default 50) replies alone
 //! per configuration; `KITCHEN_BENCH_SETUPS` (comma-separated parts of the setups' names,
 //! e.g. `canceller on`, or `ring` for the stop trials alone) runs only the setups whose
@@ -33,17 +34,35 @@ use support::stt::cache_dir;
 
 /// What is compared: (label, config appended to the spoke's `[audio]`, whether the
 /// replies-alone run is made for it).
-const SETUPS: [(&str, &str, bool); 4] = [
-    ("reference word, canceller on", "echo_cancel = true", true),
-    ("reference word, canceller off", "echo_cancel = false", true),
+const SETUPS: [(&str, &str, bool); 6] = [
+    (
+        "neural word at medium (default), canceller on",
+        "echo_cancel = true",
+        true,
+    ),
+    (
+        "neural word at medium (default), canceller off",
+        "echo_cancel = false",
+        true,
+    ),
+    (
+        "reference word, canceller on",
+        "echo_cancel = true\n[wake]\nbundled = \"reference\"",
+        true,
+    ),
+    (
+        "reference word, canceller off",
+        "echo_cancel = false\n[wake]\nbundled = \"reference\"",
+        true,
+    ),
     (
         "neural word at high, canceller on",
-        "echo_cancel = true\n[wake]\nbundled = \"neural\"\nsensitivity = \"high\"",
+        "echo_cancel = true\n[wake]\nsensitivity = \"high\"",
         false,
     ),
     (
         "neural word at high, canceller off",
-        "echo_cancel = false\n[wake]\nbundled = \"neural\"\nsensitivity = \"high\"",
+        "echo_cancel = false\n[wake]\nsensitivity = \"high\"",
         false,
     ),
 ];

@@ -170,6 +170,17 @@ fn a_person_speaking_over_the_reply_is_let_through() {
         "only {:.0}% of the person's speech energy kept while the reply plays",
         kept * 100.0
     );
+    // Played sound is said to be taken out while the reply plays, and not a second after.
+    assert!(!canceller.over_echo(), "{:?}", canceller.stats());
+    let (reference, mut midway) = echo::pair().unwrap();
+    play_and_cancel(
+        &reference,
+        &mut midway,
+        &render[..person_at],
+        &mic[..person_at],
+        0,
+    );
+    assert!(midway.over_echo(), "{:?}", midway.stats());
 }
 
 /// `audio echo` on two recordings a user made at the same moment, the speaker's at 48 kHz:

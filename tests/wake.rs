@@ -699,39 +699,92 @@ fn neural_word_needing(n: usize) -> WakeWord {
     WakeWord::from_bytes(&bytes, "mem").unwrap()
 }
 
-#[test]
-fn the_neural_word_fires_after_the_frames_its_file_asks_for() {
-    let _cores = cpu::heavy_blocking();
+/// The committed check clip and the bundled neural word's score for each of its frames.
+fn check_clip_scores() -> (Vec<f32>, Vec<f32>) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/wake");
     let samples = read_16k(&dir.join("neural-check.wav"));
     let word = WakeWord::bundled_neural().unwrap();
+    let scores = word
+        .trace(&samples)
+        .unwrap()
+        .logits
+        .iter()
+        .map(|&logit| 1.0 / (1.0 + (-logit).exp()))
+        .collect();
+    (samples, scores)
+}
+
+/// What a detector for the bundled neural word needing `min_frames`, at `threshold`,
+/// finds in `samples` and a second of silence: each detection's frames.
+fn frames_heard(samples: &[f32], threshold: f32, min_frames: usize, over_echo: bool) -> Vec<usize> {
     let settings = Settings {
-        threshold: Some(0.5),
+        threshold: Some(threshold),
         ..Settings::default()
     };
-    // The longest run of frames scoring at or over the threshold in the clip.
-    let trace = word.trace(&samples).unwrap();
-    let (mut run, mut longest) = (0, 0);
-    for &logit in &trace.logits {
-        run = if 1.0 / (1.0 + (-logit).exp()) >= 0.5 {
-            run + 1
-        } else {
-            0
-        };
-        longest = longest.max(run);
-    }
+    let mut detector = Detector::with_word(&settings, &neural_word_needing(min_frames)).unwrap();
+    detector.set_over_echo(over_echo);
+    let mut found = detector.process(samples);
+    found.extend(detector.process(&vec![0.0; SAMPLE_RATE as usize]));
+    found.iter().map(|d| d.frames).collect()
+}
+
+#[test]
+fn the_neural_word_fires_after_the_frames_its_file_asks_for() {
+    let _cores = cpu::heavy_blocking();
+    let (samples, scores) = check_clip_scores();
+    let longest = longest_run(&scores, 0.5, 0);
     assert!(
         longest > 2,
         "the clip holds the phrase: longest run {longest}"
     );
-    let heard = |n: usize| {
-        let mut detector = Detector::with_word(&settings, &neural_word_needing(n)).unwrap();
-        let mut found = detector.process(&samples);
-        found.extend(detector.process(&vec![0.0; SAMPLE_RATE as usize]));
-        found.iter().map(|d| d.frames).collect::<Vec<_>>()
-    };
-    assert_eq!(heard(longest), vec![longest]);
-    assert_eq!(heard(longest + 1), Vec::<usize>::new());
+    assert_eq!(frames_heard(&samples, 0.5, longest, false), vec![longest]);
+    assert_eq!(
+        frames_heard(&samples, 0.5, longest + 1, false),
+        Vec::<usize>::new()
+    );
+}
+
+/// The longest run of `scores` at or over `threshold` that goes on through dips under it
+/// of at most `gap` frames (counted in the run).
+fn longest_run(scores: &[f32], threshold: f32, gap: usize) -> usize {
+    let (mut run, mut dip, mut longest) = (0, 0, 0);
+    for &score in scores {
+        if score >= threshold {
+            run += dip + 1;
+            dip = 0;
+            longest = longest.max(run);
+        } else if run > 0 {
+            dip += 1;
+            if dip > gap {
+                (run, dip) = (0, 0);
+            }
+        }
+    }
+    longest
+}
+
+/// Over the echo canceller's output a run goes on through a one-frame dip, and
+/// elsewhere it does not.
+#[test]
+fn over_the_echo_cancellers_output_a_one_frame_dip_does_not_end_the_run() {
+    let _cores = cpu::heavy_blocking();
+    let (samples, scores) = check_clip_scores();
+    // A threshold at which the phrase's run dips under it for one frame.
+    let (threshold, through) = scores
+        .iter()
+        .find_map(|&t| {
+            let through = longest_run(&scores, t, 1);
+            (through > longest_run(&scores, t, 0) && through > 2).then_some((t, through))
+        })
+        .expect("the clip's score dips for a frame somewhere over the phrase");
+    assert_eq!(
+        frames_heard(&samples, threshold, through, true),
+        vec![through]
+    );
+    assert_eq!(
+        frames_heard(&samples, threshold, through, false),
+        Vec::<usize>::new()
+    );
 }
 
 #[test]

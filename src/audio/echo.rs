@@ -89,6 +89,9 @@ const LOCKED_ERLE_DB: f64 = 1.0;
 
 /// A played block quieter than this (RMS, full scale 1) is silence for the health check.
 const AUDIBLE_RMS: f32 = 0.003;
+/// How long after audible played sound its echo may still be heard: the play-to-hear
+/// delay AEC3 follows (up to a few hundred ms of ALSA buffers) and a room's reverberant tail.
+const ECHO_TAIL_MS: u64 = 500;
 
 /// Why the canceller could not be made or could not process.
 #[derive(Debug, thiserror::Error)]
@@ -550,6 +553,8 @@ pub struct Canceller {
     converted: Vec<f32>,
     /// Audible played audio since the delay was last found (or since the start).
     audible_ms: u64,
+    /// Since the last block of audible played audio, in ms.
+    since_audible_ms: u64,
     /// Played audio dropped because it waited too long.
     stale: u64,
     /// Speaker buffers lost, as of the last check.
@@ -596,6 +601,7 @@ pub fn pair_with(engine: Engine, extras: Extras) -> Result<(Reference, Canceller
             pending: VecDeque::new(),
             converted: Vec::new(),
             audible_ms: 0,
+            since_audible_ms: u64::MAX,
             stale: 0,
             lost_seen: 0,
             locked: false,
@@ -619,6 +625,9 @@ impl Canceller {
             }
             if rms(&render) >= AUDIBLE_RMS {
                 self.audible_ms += 10;
+                self.since_audible_ms = 0;
+            } else {
+                self.since_audible_ms = self.since_audible_ms.saturating_add(10);
             }
             let mut heard = [0.0f32; BLOCK];
             heard.copy_from_slice(block);
@@ -650,6 +659,14 @@ impl Canceller {
     /// has that output; the other engines ignore this.
     pub fn set_linear(&mut self, linear: bool) {
         self.processor.set_linear(linear);
+    }
+
+    /// Whether what comes out now is the canceller's work on played sound: AEC3 has
+    /// locked onto the echo and something audible was played within the echo's reach
+    /// ([`ECHO_TAIL_MS`]). Then what the person says comes out with the suppressor's
+    /// marks on it ([`crate::wake::Detector::set_over_echo`]).
+    pub fn over_echo(&self) -> bool {
+        self.locked && self.since_audible_ms <= ECHO_TAIL_MS
     }
 
     /// What AEC3 reports now.

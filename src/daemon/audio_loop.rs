@@ -75,6 +75,7 @@ impl AudioLoop {
                         // bar keeps the echo the suppressor would have taken out.
                         echo.set_linear(self.listener.over_ring());
                         echo.process(&mut frame);
+                        self.listener.set_over_echo(echo.over_echo());
                     }
                     if let Some(heard) = self.listener.push(&frame)
                         && self.heard.send((heard, Instant::now())).is_err()

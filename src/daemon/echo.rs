@@ -37,6 +37,11 @@ impl EchoStage {
         self.canceller.set_linear(linear);
     }
 
+    /// Whether played sound is being taken out of what is heard ([`Canceller::over_echo`]).
+    pub fn over_echo(&self) -> bool {
+        self.canceller.over_echo()
+    }
+
     /// No frame has come for a while ([`Canceller::microphone_silent`]).
     pub fn microphone_silent(&mut self) {
         self.canceller.microphone_silent();

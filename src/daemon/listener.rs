@@ -200,6 +200,12 @@ impl Listener {
         matches!(self.state, State::Waiting)
     }
 
+    /// Whether the frames that follow come out of an echo canceller taking played sound
+    /// out ([`Detector::set_over_echo`]).
+    pub fn set_over_echo(&mut self, over_echo: bool) {
+        self.detector.set_over_echo(over_echo);
+    }
+
     /// Whether it listens over a ring ([`listen_over_ring`](Self::listen_over_ring)).
     pub fn over_ring(&self) -> bool {
         matches!(

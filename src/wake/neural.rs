@@ -46,6 +46,9 @@ const NFFT: usize = 512;
 /// say (the first model's rule). A file's operating points were measured with its own.
 const DEFAULT_MIN_FRAMES: usize = 2;
 const MAX_MIN_FRAMES: usize = 50;
+/// Frames under the threshold a run goes on through over the echo canceller's output
+/// ([`super::Detector::set_over_echo`]).
+pub(super) const ECHO_GAP: usize = 2;
 /// Frames under the threshold before the word can fire again (one utterance, one
 /// detection).
 const REARM_FRAMES: usize = 50;
@@ -403,9 +406,13 @@ pub(super) struct Runner {
     column: Vec<f32>,
     next: Vec<f32>,
     mixed: Vec<f32>,
-    /// Consecutive frames over the threshold, their best score and where the first
-    /// ended.
+    /// The current run: its frames (a dip it went on through included), the frames
+    /// under the threshold since its last frame over it, its best score and where its
+    /// first frame ended.
     over: usize,
+    dip: usize,
+    /// Frames under the threshold a run goes on through (0: consecutive frames).
+    max_gap: usize,
     best: f32,
     first_end: u64,
     /// Frames under the threshold since the last detection (`None`: armed).
@@ -437,6 +444,8 @@ impl Runner {
             next: vec![0.0; c],
             mixed: vec![0.0; c],
             over: 0,
+            dip: 0,
+            max_gap: 0,
             best: 0.0,
             first_end: 0,
             rearm: None,
@@ -467,7 +476,13 @@ impl Runner {
             h.clear();
         }
         self.over = 0;
+        self.dip = 0;
         self.rearm = None;
+    }
+
+    /// Frames under the threshold a run goes on through from now on.
+    pub(super) fn set_max_gap(&mut self, frames: usize) {
+        self.max_gap = frames;
     }
 
     /// Takes samples that follow the ones before (already clamped to -1..1) and returns
@@ -522,20 +537,28 @@ impl Runner {
             return None;
         }
         if !over {
-            self.over = 0;
+            if self.over > 0 {
+                self.dip += 1;
+                if self.dip > self.max_gap {
+                    self.over = 0;
+                    self.dip = 0;
+                }
+            }
             return None;
         }
         if self.over == 0 {
             self.first_end = phrase_end;
             self.best = 0.0;
         }
-        self.over += 1;
+        self.over += self.dip + 1;
+        self.dip = 0;
         self.best = self.best.max(score);
         if self.over < self.model.min_frames {
             return None;
         }
         let frames = self.over;
         self.over = 0;
+        self.dip = 0;
         self.rearm = Some(0);
         Some(Detection {
             name: self.model.name.clone(),

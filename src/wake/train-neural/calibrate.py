@@ -9,6 +9,8 @@ features and logits) for tests/wake.rs.
 
 Usage: calibrate.py OUT.wake CHECK MODEL.wake [MODEL.wake ...]
        calibrate.py --measure MODEL.wake ... (measures now; a later run reuses it)
+       calibrate.py --gaps MODEL.wake (what a calibrated word's points cost and hear when
+         runs go on through short dips, as they do over the echo canceller's output)
 The detection rule simulated here is src/wake/neural.rs's: `min_frames` consecutive
 frames at or over the threshold fire; the word re-arms after 50 frames under it.
 """
@@ -91,17 +93,25 @@ def scores_of(h, a, x):
     return s
 
 
-def events(s, th, k):
-    """(first frame of the run, frame it fired at) for each detection: `k` consecutive
-    frames at or over `th` fire, then `REARM` frames under it re-arm."""
+def events(s, th, k, gap=0):
+    """(first frame of the run, frame it fired at) for each detection: `k` frames at or
+    over `th` in a run fire, then `REARM` frames under it re-arm. A run goes on through
+    dips under `th` of at most `gap` frames, counted in it (the detector's rule over the
+    echo canceller's output; 0 elsewhere)."""
     over = s >= th
     if not over.any():
         return []
     d = np.diff(np.concatenate([[0], over.astype(np.int8), [0]]))
+    starts, ends = np.nonzero(d == 1)[0], np.nonzero(d == -1)[0]
+    if gap:
+        # Runs apart by a dip of at most `gap` frames are one run.
+        first = np.concatenate([[True], starts[1:] - ends[:-1] > gap])
+        last = np.concatenate([first[1:], [True]])
+        starts, ends = starts[first], ends[last]
     out = []
     disarmed_until_gap = False
     last_end = 0
-    for a, b in zip(np.nonzero(d == 1)[0], np.nonzero(d == -1)[0]):
+    for a, b in zip(starts, ends):
         if disarmed_until_gap:
             if a - last_end >= REARM:
                 disarmed_until_gap = False
@@ -146,15 +156,20 @@ def measure_model(path):
     and the number of phrases. Scores and tables are cached per model file and dev set,
     so candidates can be measured as training writes them."""
     h, a = read_model(path)
-    dev_files = sorted(glob.glob(os.path.join(CACHE, "eval-dev", "*", "*.wav")))
-    key = hashlib.sha1(open(path, "rb").read() + repr(dev_files).encode()).hexdigest()[:16]
-    pos, negs, clips = _cached(key, "scores", lambda: dev_scores(h, a))
+    key, (pos, negs, clips) = scores_cached(path, h, a)
     hours = sum(len(s) for s in negs) * HOP / SR / 3600
     clip_hours = len(clips) * 2.4 / 3600
     rule = hashlib.sha1(repr((THRESHOLDS.tolist(), REARM, GROUPS)).encode()).hexdigest()[:8]
     tables = {k: _cached(key, f"rule{k}-{rule}", lambda: rule_table(pos, negs, clips, hours, k))
               for k in RULES}
     return h, a, tables, hours, clip_hours, len(pos)
+
+
+def scores_cached(path, h, a):
+    """The cache key of a model file on this dev set, and its dev scores."""
+    dev_files = sorted(glob.glob(os.path.join(CACHE, "eval-dev", "*", "*.wav")))
+    key = hashlib.sha1(open(path, "rb").read() + repr(dev_files).encode()).hexdigest()[:16]
+    return key, _cached(key, "scores", lambda: dev_scores(h, a))
 
 
 def dev_scores(h, a):
@@ -225,7 +240,29 @@ def fmt(recall):
     return " ".join(f"{c} {100 * v:.0f}%" for c, v in recall.items())
 
 
+def gaps(path):
+    """A calibrated word at its own points and rule, with runs going on through dips of
+    0-3 frames: dev false wakes per hour and dev detection per room."""
+    h, a = read_model(path)
+    _, (pos, negs, _) = scores_cached(path, h, a)
+    hours = sum(len(s) for s in negs) * HOP / SR / 3600
+    k = h["min_frames"]
+    for name, th in h["operating_points"].items():
+        for gap in range(4):
+            fa = sum(len(events(s, th, k, gap)) for s in negs)
+            hits = {}
+            for c, _, s, e in pos:
+                ok = [f for f, _ in events(s, th, k, gap) if -0.3 <= (f * HOP + WIN) / SR - e <= 1.0]
+                hits.setdefault(c, []).append(bool(ok))
+            print(f"{name} (threshold {th}, min_frames {k}) gap {gap}: {fa} false wakes in "
+                  f"{hours:.2f} h; dev detection {fmt({c: float(np.mean(v)) for c, v in hits.items()})}",
+                  flush=True)
+
+
 def main():
+    if sys.argv[1] == "--gaps":
+        gaps(sys.argv[2])
+        return
     if sys.argv[1] == "--measure":  # only fill the cache
         for path in sys.argv[2:]:
             measure_model(path)
