@@ -37,12 +37,12 @@ use support::stt::cache_dir;
 const SETUPS: [(&str, &str, bool); 6] = [
     (
         "neural word at medium (default), canceller on",
-        "echo_cancel = true",
+        "echo_cancel = true\n[wake]\nbundled = \"neural\"",
         true,
     ),
     (
         "neural word at medium (default), canceller off",
-        "echo_cancel = false",
+        "echo_cancel = false\n[wake]\nbundled = \"neural\"",
         true,
     ),
     (
@@ -57,12 +57,12 @@ const SETUPS: [(&str, &str, bool); 6] = [
     ),
     (
         "neural word at high, canceller on",
-        "echo_cancel = true\n[wake]\nsensitivity = \"high\"",
+        "echo_cancel = true\n[wake]\nbundled = \"neural\"\nsensitivity = \"high\"",
         false,
     ),
     (
         "neural word at high, canceller off",
-        "echo_cancel = false\n[wake]\nsensitivity = \"high\"",
+        "echo_cancel = false\n[wake]\nbundled = \"neural\"\nsensitivity = \"high\"",
         false,
     ),
 ];

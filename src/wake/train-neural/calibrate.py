@@ -199,6 +199,14 @@ def group_of(path):
     return next((g for g in GROUPS[1:] if name.startswith(g + "_")), "espeak")
 
 
+def heard_at(s, e, th, k, gap=0):
+    """How long after the true phrase end `e` (s) a dev phrase's scores `s` fire, or None
+    when no detection falls from 0.3 s before it to 1 s after. The time of frame t is its
+    window's end, (t*HOP + WIN) / SR."""
+    return next((t for t in ((f * HOP + WIN) / SR - e for f, _ in events(s, th, k, gap))
+                 if -0.3 <= t <= 1.0), None)
+
+
 def rule_table(pos, negs, clips, hours, k):
     # A clip fires (at least once) at a threshold up to its best k-frame run's lowest
     # score.
@@ -210,12 +218,11 @@ def rule_table(pos, negs, clips, hours, k):
         fa_clips = int((clip_peak >= th).sum())
         hits, by_group, offsets = {}, {}, []
         for c, g, s, e in pos:
-            # Window-end time of frame t: (t*HOP + WIN) / SR.
-            ok = [(f, i) for f, i in events(s, th, k) if -0.3 <= (f * HOP + WIN) / SR - e <= 1.0]
-            hits.setdefault(c, []).append(bool(ok))
-            by_group.setdefault(f"{g} {c}", []).append(bool(ok))
-            if ok:
-                offsets.append((ok[0][0] * HOP + WIN) / SR - e)
+            offset = heard_at(s, e, th, k)
+            hits.setdefault(c, []).append(offset is not None)
+            by_group.setdefault(f"{g} {c}", []).append(offset is not None)
+            if offset is not None:
+                offsets.append(offset)
         table.append((float(th), fa / hours, {c: float(np.mean(v)) for c, v in hits.items()},
                       offsets, fa_clips, {c: float(np.mean(v)) for c, v in by_group.items()}))
     return table
@@ -252,8 +259,7 @@ def gaps(path):
             fa = sum(len(events(s, th, k, gap)) for s in negs)
             hits = {}
             for c, _, s, e in pos:
-                ok = [f for f, _ in events(s, th, k, gap) if -0.3 <= (f * HOP + WIN) / SR - e <= 1.0]
-                hits.setdefault(c, []).append(bool(ok))
+                hits.setdefault(c, []).append(heard_at(s, e, th, k, gap) is not None)
             print(f"{name} (threshold {th}, min_frames {k}) gap {gap}: {fa} false wakes in "
                   f"{hours:.2f} h; dev detection {fmt({c: float(np.mean(v)) for c, v in hits.items()})}",
                   flush=True)
