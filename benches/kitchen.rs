@@ -12,7 +12,8 @@
 //! a question close), and counts wakes and requests beyond the ones the person caused.
 //! One reply of four says "hey strawberry" itself. The stop trials set a 2 s timer by
 //! voice and say "stop" (espeak-ng en-us) 1.5 s into its ring, which otherwise rings
-//! for 12 s.
+//! for 12 s; with the canceller, once with the stop word (`wake.stop_word`, the default)
+//! and once with Whisper's transcript alone.
 //!
 //! `cargo bench --bench kitchen` (after `tests/setup.sh`; `--profile dev` runs the
 //! test suite's debug daemon, built in seconds when the tests were). `KITCHEN_BENCH_TRIALS`
@@ -144,9 +145,16 @@ fn main() {
     println!();
     println!("| setup | \"stop\" said 1.5 s into a ring stopped it | median ring |");
     println!("| --- | --- | --- |");
-    let rings = [("ring, canceller on", true), ("ring, canceller off", false)];
-    for (label, cancel) in rings.into_iter().filter(|(label, _)| chosen(label)) {
-        let kitchen = rt.block_on(Kitchen::timers(trials, RING_MS, cancel));
+    let rings = [
+        ("ring, canceller on", "echo_cancel = true"),
+        (
+            "ring, canceller on, stop word off",
+            "echo_cancel = true\n[wake]\nstop_word = false",
+        ),
+        ("ring, canceller off", "echo_cancel = false"),
+    ];
+    for (label, config) in rings.into_iter().filter(|(label, _)| chosen(label)) {
+        let kitchen = rt.block_on(Kitchen::timers(trials, RING_MS, config));
         let mut rang = kitchen.stop_rings(trials);
         rang.sort();
         println!(

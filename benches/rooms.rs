@@ -405,7 +405,7 @@ impl Chain<'_> {
     /// the conversation task judges them, the command transcribed as the pipeline does.
     fn hear(&self, parts: &Parts, audio: &[f32], true_end: u64, mode: Mode) -> Outcome {
         let (_, detector) = parts.wake_word().unwrap_or_else(|e| panic!("{e}"));
-        let mut listener = parts.listener(detector);
+        let mut listener = parts.listener(detector).unwrap_or_else(|e| panic!("{e}"));
         let mut guess = Guess::default();
         let mut outcome = Outcome {
             woke: mode == Mode::Bypass,
@@ -456,7 +456,7 @@ impl Chain<'_> {
                     return outcome;
                 }
                 Some(Heard::NoSpeech { .. }) => return outcome,
-                Some(Heard::Speaking { .. }) | None => {}
+                Some(Heard::Speaking { .. } | Heard::Stop { .. }) | None => {}
             }
         }
         outcome

@@ -236,13 +236,15 @@ impl Parts {
         Ok((word, detector))
     }
 
-    /// What finds the wake word and the command after it in the microphone's frames.
-    pub fn listener(&self, detector: Detector) -> Listener {
-        Listener::new(
+    /// What finds the wake word and the command after it in the microphone's frames,
+    /// and with `wake.stop_word` the stop word over a ring.
+    pub fn listener(&self, detector: Detector) -> Result<Listener, PartError> {
+        Ok(Listener::new(
             detector,
             self.config.vad.settings(),
             self.config.audio.pre_roll_ms,
         )
+        .with_stop_word(self.config.wake.stop_detector()?))
     }
 
     /// The microphone.

@@ -87,13 +87,14 @@ fi
 # (src/wake/make-hey-strawberry.sh lists those) say "hey strawberry" and a command, with
 # the true end of the phrase next to each clip; one voice says "hello kitchen" for
 # training a word from files (at other rates and in stereo, for the resampling); and
-# over five minutes of other speech and noise that must never wake the spoke.
+# over five minutes of other speech and noise that must never wake the spoke. The same
+# voices say "stop" for the stop word, and a timer's line for what it must not stop on.
 wake_voices="en-gb-scotland:150 en-us-nyc+f3:160 en-gb-x-gbclan+m4:150 en-us+m7:145 en-gb+f3:170 en-gb-x-rp+m1:140 en-us+Annie:165 en-us+Andy:155"
-wake_stamp="$(cat tests/wake/other_speech.txt; echo "$wake_voices"; echo kitchen-v2; espeak-ng --version; sox --version)"
+wake_stamp="$(cat tests/wake/other_speech.txt; echo "$wake_voices"; echo kitchen-v2 stop-v1; espeak-ng --version; sox --version)"
 if [ "$(cat "$cache/wake/.stamp" 2>/dev/null)" != "$wake_stamp" ]; then
   w="$cache/wake.partial"
   rm -rf "$cache/wake" "$w"
-  mkdir -p "$w/phrase" "$w/kitchen" "$w/other" "$w/tmp"
+  mkdir -p "$w/phrase" "$w/kitchen" "$w/other" "$w/stop" "$w/ring" "$w/tmp"
   sox -q -n -r 16000 -c 1 -b 16 "$w/tmp/lead.wav" trim 0 1.0
   sox -q -n -r 16000 -c 1 -b 16 "$w/tmp/gap.wav" trim 0 0.3
   say() { # voice speed text out.wav: 16 kHz mono, silence trimmed at both ends
@@ -107,6 +108,11 @@ if [ "$(cat "$cache/wake/.stamp" 2>/dev/null)" != "$wake_stamp" ]; then
     sox -q "$w/tmp/lead.wav" "$w/tmp/p.wav" "$w/tmp/gap.wav" "$w/tmp/c.wav" "$w/phrase/$name.wav"
     # The phrase ends where its (trimmed) audio ends: after the 1 s lead-in.
     python3 -c "import sys; print(f'{1.0 + float(sys.argv[1]):.3f}')" "$(soxi -D "$w/tmp/p.wav")" > "$w/phrase/$name.end"
+    say "$voice" "$speed" "stop" "$w/tmp/s.wav"
+    sox -q "$w/tmp/lead.wav" "$w/tmp/s.wav" "$w/tmp/lead.wav" "$w/stop/$name.wav"
+    python3 -c "import sys; print(f'{1.0 + float(sys.argv[1]):.3f}')" "$(soxi -D "$w/tmp/s.wav")" > "$w/stop/$name.end"
+    say "$voice" "$speed" "Your tea timer is done. Your pasta timer is done." "$w/tmp/r.wav"
+    sox -q "$w/tmp/lead.wav" "$w/tmp/r.wav" "$w/tmp/lead.wav" "$w/ring/$name.wav"
   done
   # "hello kitchen" as a user would train it: one speaker, several takes (speed and
   # pitch vary; 22 kHz mono and 44.1 kHz stereo files with silence around the phrase),

@@ -47,22 +47,21 @@ async fn the_wake_word_said_during_a_reply_interrupts_it() {
 }
 
 /// "Stop" said 1.5 s into a timer's ring, over the ring's own words, the ring 1-2 dB
-/// louder at the microphone than the person: it stops the ring at least 3 times in 10.
-/// The issue asks 9. The release benchmark measures 8-9 of 10 (BENCHMARKS.md, "Barge-in,
-/// rings and its own replies"); here, the debug daemon beside the rest of the suite
-/// stopped 5 of 10 in the one CI run it had. Before the ring made way and the linear
-/// output was heard over it, none of 10 in every setup, so this still catches a
-/// regression to that.
+/// louder at the microphone than the person: it stops the ring at least 8 times in 10.
+/// The issue asks 9 in 10: with the stop word this test stopped 29 of 30 rings and 9 of
+/// 10 in the benchmark, all but the first, rung before the canceller had ever locked
+/// (BENCHMARKS.md, "A stop word over the ring"), so 9 would fail on one more miss. With
+/// Whisper's transcript alone the benchmark stopped 7 of 10, and this test 5 of 10 in CI.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_said_over_a_ringing_timer_stops_it() {
     const TRIALS: usize = 10;
     const RING_MS: u64 = 12_000;
     let _cores = cpu::quiet().await;
-    let kitchen = Kitchen::timers(TRIALS, RING_MS, true).await;
+    let kitchen = Kitchen::timers(TRIALS, RING_MS, "").await;
     let rang = tokio::task::block_in_place(|| kitchen.stop_rings(TRIALS));
     let stopped = kitchen::stopped(&rang, RING_MS);
     assert!(
-        stopped >= 3,
+        stopped >= 8,
         "{stopped} of {TRIALS}: {rang:?}\n{}",
         kitchen.spoke.log()
     );

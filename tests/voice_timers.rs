@@ -88,7 +88,7 @@ async fn a_timer_set_by_voice_rings_at_its_time_until_stop_and_reminders_speak()
     mouth.say(&stop);
     let (stopped, stopped_at) = notify.wait_status(&spoke, IDLE, ringing, STEP);
     assert!(
-        spoke.log().contains("ringing stopped: stop phrase"),
+        spoke.log().contains("ringing stopped: stop"),
         "{}",
         spoke.log()
     );

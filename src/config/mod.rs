@@ -20,7 +20,7 @@ use crate::host::HostSettings;
 use crate::hub::CodeMode;
 use crate::sandbox::Limits;
 use crate::wake::{
-    Bundled, ScoreMode, Sensitivity, Settings as WakeSettings, Vad, WakeError, WakeWord,
+    Bundled, Detector, ScoreMode, Sensitivity, Settings as WakeSettings, Vad, WakeError, WakeWord,
 };
 
 /// Where the daemon looks for its config when `--config` is not given.
@@ -460,6 +460,10 @@ pub struct WakeConfig {
     /// Commands that stop what the spoke is saying without asking the model
     /// (compared ignoring case and punctuation).
     pub stop_phrases: Vec<String>,
+    /// While a timer rings, the bundled stop word (a keyword spotter for the English
+    /// "stop", at `sensitivity`) stops it as soon as it hears it, besides the stop
+    /// phrases read in Whisper's transcript. Off: the transcript alone.
+    pub stop_word: bool,
     /// How long spokes that heard the same wake word compare how well they heard it
     /// before the nearest answers (0: off, every spoke that hears it answers).
     pub arbitration_ms: u64,
@@ -482,6 +486,7 @@ impl Default for WakeConfig {
             gain_normalizer: s.gain_normalizer,
             eager: s.eager,
             interrupt: true,
+            stop_word: true,
             arbitration_ms: 300,
             stop_phrases: [
                 "stop",
@@ -548,6 +553,19 @@ impl WakeConfig {
                 }
             }
         }
+    }
+
+    /// The bundled stop word when `stop_word` is on, with a detector at `sensitivity`
+    /// (`threshold` is the wake word's own score, not the stop word's).
+    pub fn stop_detector(&self) -> Result<Option<Detector>, WakeError> {
+        if !self.stop_word {
+            return Ok(None);
+        }
+        let settings = WakeSettings {
+            threshold: None,
+            ..self.settings()
+        };
+        Detector::with_word(&settings, &WakeWord::bundled_stop()?).map(Some)
     }
 }
 

@@ -282,6 +282,20 @@ impl Conversation {
         }
     }
 
+    /// Someone said "stop" over the ring: it stops, the window over it closes, and what
+    /// waited for the ring is delivered.
+    fn stopped_by_voice(&mut self, why: &str, turn_runs: bool) {
+        if self.ringing.is_none() {
+            return;
+        }
+        self.stop_ringing(why);
+        let _ = self.control.send(Control::Cancel);
+        self.pipeline.speaker().cue(Cue::Done);
+        let idle = self.idle_status.clone();
+        self.show(&idle);
+        self.deliver(turn_runs);
+    }
+
     fn stop_ringing(&mut self, why: &str) {
         if let Some(ringing) = self.ringing.take() {
             tracing::info!(lines = ?ringing.lines(), "ringing stopped: {why}");
@@ -340,6 +354,7 @@ impl Conversation {
                 self.listen_while_ringing();
             }
             Route::ListenOn => self.listen_while_ringing(),
+            Route::StopRing => self.stopped_by_voice("stop word", turn.is_some()),
             Route::Hush => {
                 if self.ringing.is_some() && self.pipeline.speaker().busy() {
                     tracing::info!("someone speaks over the ring: it makes way");
@@ -521,12 +536,8 @@ impl Conversation {
                     self.deliver(turn.is_some());
                 }
                 Some(said_stop) = stop_checks.join_next(), if !stop_checks.is_empty() => {
-                    if said_stop.unwrap_or(false) && self.ringing.is_some() {
-                        self.stop_ringing("stop phrase");
-                        let _ = self.control.send(Control::Cancel);
-                        self.pipeline.speaker().cue(Cue::Done);
-                        self.show(&idle);
-                        self.deliver(turn.is_some());
+                    if said_stop.unwrap_or(false) {
+                        self.stopped_by_voice("stop phrase", turn.is_some());
                     }
                 }
                 heard = self.heard.recv() => {

@@ -43,6 +43,11 @@ pub enum Heard {
         /// Where the speech started.
         at: u64,
     },
+    /// The stop word over the spoke's ring ([`Listener::with_stop_word`]).
+    Stop {
+        /// Where it was heard.
+        at: u64,
+    },
 }
 
 /// Frame levels of the last few seconds, for how loud the wake phrase was over this
@@ -164,6 +169,8 @@ enum State {
 /// Wake word, then command, then back to waiting.
 pub struct Listener {
     detector: Detector,
+    /// The stop word, heard only over a ring.
+    stop: Option<Detector>,
     vad: VadSettings,
     preroll: PreRoll,
     state: State,
@@ -184,6 +191,7 @@ impl Listener {
     pub fn new(detector: Detector, vad: VadSettings, pre_roll_ms: u64) -> Listener {
         Listener {
             detector,
+            stop: None,
             vad,
             preroll: PreRoll::new(ms_to_samples(pre_roll_ms).max(FRAME_SAMPLES)),
             state: State::Waiting,
@@ -193,6 +201,16 @@ impl Listener {
             speaker_db: None,
             wake_bar: None,
         }
+    }
+
+    /// Listens for `stop` (a stop word's detector) over a ring, beside the window's
+    /// command: hearing it ends the window at once ([`Heard::Stop`]). Why beside Whisper:
+    /// what the canceller leaves of the ring's own words is in every clip Whisper reads
+    /// there, and it read a person's "stop" as "time" or "star" about half the time; a
+    /// spotter trained on "stop" over rings' residual echo hears the word alone.
+    pub fn with_stop_word(mut self, stop: Option<Detector>) -> Listener {
+        self.stop = stop;
+        self
     }
 
     /// Whether it is waiting for the wake word (not collecting a command).
@@ -290,6 +308,23 @@ impl Listener {
         self.preroll.push(frame);
         self.levels.push(frame);
         self.room.push(&frame.samples, frame.end());
+        // Counted only once speech over the bar has started: the ring's own residual stays
+        // under it, so the word cannot be taken from the ring.
+        let stopped = match (&mut self.stop, &self.state) {
+            (
+                Some(stop),
+                State::Command {
+                    over_ring: true,
+                    endpointer,
+                    ..
+                },
+            ) => !stop.process(&frame.samples).is_empty() && endpointer.start().is_some(),
+            _ => false,
+        };
+        if stopped {
+            self.cancel();
+            return Some(Heard::Stop { at: frame.end() });
+        }
         match &mut self.state {
             State::Waiting => {
                 // The detector counts only what it was given; it skipped the commands

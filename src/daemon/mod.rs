@@ -250,7 +250,7 @@ impl Service for Running {
         let pipeline = Arc::new(parts.pipeline(Arc::new(transcriber), agent, speaker, Some(ear)));
         let ears = Ears {
             capture: parts.capture()?,
-            listener: parts.listener(detector),
+            listener: parts.listener(detector)?,
             wake_name: word.name().to_string(),
             asks,
             echo,

@@ -46,6 +46,8 @@ pub(super) enum Route {
     ListenOn,
     /// Someone started speaking over the ring: it makes way for them.
     Hush,
+    /// The stop word over the ring: it stops.
+    StopRing,
     /// The wake word; a ring in progress stops first.
     Wake {
         /// What the detector found.
@@ -66,8 +68,9 @@ pub(super) fn route(now: &Situation, heard: Heard) -> Route {
     let start = match &heard {
         Heard::Command(command) => Some(command.start),
         Heard::NoSpeech { at } => Some(*at),
-        // Only a window over a ring says this, and nothing else waits on it.
+        // Only a window over a ring says these, and nothing else waits on them.
         Heard::Speaking { .. } => return Route::Hush,
+        Heard::Stop { .. } => return Route::StopRing,
         Heard::Woke(_) => None,
     };
     let after_lost_round = now
@@ -82,7 +85,7 @@ pub(super) fn route(now: &Situation, heard: Heard) -> Route {
         match heard {
             Heard::Command(command) => return Route::Answer(Some(command)),
             Heard::NoSpeech { .. } => return Route::Answer(None),
-            Heard::Woke(_) | Heard::Speaking { .. } => {}
+            Heard::Woke(_) | Heard::Speaking { .. } | Heard::Stop { .. } => {}
         }
     }
     if now.round {
@@ -100,6 +103,7 @@ pub(super) fn route(now: &Situation, heard: Heard) -> Route {
         Heard::Command(command) => Route::Start(command),
         Heard::NoSpeech { .. } => Route::Idle,
         Heard::Speaking { .. } => Route::Hush,
+        Heard::Stop { .. } => Route::StopRing,
     }
 }
 
@@ -231,6 +235,7 @@ mod tests {
             Route::CheckStop(_) => "check stop",
             Route::ListenOn => "listen on",
             Route::Hush => "hush",
+            Route::StopRing => "stop ring",
             Route::Wake {
                 stop_ringing: false,
                 ..
@@ -326,6 +331,7 @@ mod tests {
         assert_eq!(to(&ringing, silence(0)), "listen on");
         assert_eq!(to(&ringing, woke()), "stop ringing, wake");
         assert_eq!(to(&ringing, Heard::Speaking { at: 0 }), "hush");
+        assert_eq!(to(&ringing, Heard::Stop { at: 0 }), "stop ring");
         // After the wake word, the command is a command, not a stop check.
         let woken = Situation {
             listening: true,

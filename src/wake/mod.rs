@@ -62,6 +62,10 @@ pub const BUNDLED_REFERENCE: &[u8] = include_bytes!("hey_strawberry.rpw");
 /// (see its header for how to regenerate it).
 pub const BUNDLED_NEURAL: &[u8] = include_bytes!("hey_strawberry.wake");
 
+/// The bundled stop word "stop", a spotter the daemon runs while a timer rings, trained
+/// by `src/wake/train-neural/stop.py` (see its header for why and how).
+pub const BUNDLED_STOP: &[u8] = include_bytes!("stop.wake");
+
 /// The bundled word's phrase.
 pub const BUNDLED_NAME: &str = "hey strawberry";
 
@@ -194,6 +198,11 @@ impl WakeWord {
     /// The bundled neural word.
     pub fn bundled_neural() -> Result<WakeWord, WakeError> {
         WakeWord::from_bytes(BUNDLED_NEURAL, "the bundled neural wake word")
+    }
+
+    /// The bundled stop word ([`BUNDLED_STOP`]).
+    pub fn bundled_stop() -> Result<WakeWord, WakeError> {
+        WakeWord::from_bytes(BUNDLED_STOP, "the bundled stop word")
     }
 
     /// Reads a wake word file (`.rpw`, as `wakeword train` or rustpotter's `build` make).

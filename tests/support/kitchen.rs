@@ -65,8 +65,9 @@ impl Kitchen {
     }
 
     /// A spoke whose every command sets a 2 s timer, `timers` of them, that rings for
-    /// `ring_ms` unless stopped.
-    pub async fn timers(timers: usize, ring_ms: u64, echo_cancel: bool) -> Kitchen {
+    /// `ring_ms` unless stopped, with `extra` config (in its `[audio]` section unless it
+    /// starts another).
+    pub async fn timers(timers: usize, ring_ms: u64, extra: &str) -> Kitchen {
         let script = (0..timers)
             .flat_map(|_| {
                 [
@@ -77,7 +78,7 @@ impl Kitchen {
                 ]
             })
             .collect();
-        let extra = format!("echo_cancel = {echo_cancel}\n[timers]\nring_ms = {ring_ms}");
+        let extra = format!("{extra}\n[timers]\nring_ms = {ring_ms}");
         Kitchen::with_script(script, &extra).await
     }
 

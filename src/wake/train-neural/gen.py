@@ -440,10 +440,15 @@ def shard_job(job):
         x = room(x, rng, d["para"], mix)
         X.append(common.features(x).astype(np.float16))
         Y.append(y)
+    save_shard(path, X, Y)
+
+
+def save_shard(path, X, Y):
+    """A shard of clips' features and labels (train.py's input), written atomically."""
     tmp = path + ".tmp.npz"
     np.savez(tmp, x=np.stack(X), y=np.array(Y, np.int32))
     os.replace(tmp, path)
-    print(f"shard {split}-{k:03d}", flush=True)
+    print(f"shard {os.path.basename(path)[:-4]}", flush=True)
 
 
 def stage_feat(workers, train_shards, dev_shards):

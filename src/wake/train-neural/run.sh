@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates the bundled neural wake word src/wake/hey_strawberry.wake from nothing:
+# Regenerates the bundled neural wake word src/wake/hey_strawberry.wake from nothing (and
+# at its end the stop word src/wake/stop.wake, stop.py):
 # synthetic voices -> rooms and noise -> features -> training -> calibration on the dev
 # split -> the model file and the exactness check for tests/wake.rs. Then
 # `cargo bench --bench wake_eval` measures it against the reference word on the
@@ -78,9 +79,10 @@
 #                           word, 92,588 clips, ~265 s each
 #   calibrate.py    ~4 min  round 3 and round 5's four epochs on the dev recordings
 # In this script round 5 fine-tunes the run's own round 3 with its own mining.
-# About 5 h 15 min in all. Everything is cached under $WAKE_CACHE (default
-# ~/.cache/strawberry/wake/neural); a rerun skips what exists, and training resumes
-# from its last finished epoch. Delete the cache directory to start from nothing.
+# About 5 h 15 min in all, and the stop word ~40 min more. Everything is cached under
+# $WAKE_CACHE (default ~/.cache/strawberry/wake/neural; the stop word's under $STOP_CACHE);
+# a rerun skips what exists, and training resumes from its last finished epoch. Delete
+# the cache directories to start from nothing.
 #
 # Usage: src/wake/train-neural/run.sh
 set -euo pipefail
@@ -105,3 +107,9 @@ WAKE_ROUND=4 WAKE_CHANNELS=128 nice -n 19 python3 train.py
 WAKE_ROUND=5 WAKE_CHANNELS=128 WAKE_FROM="$r3" nice -n 19 python3 train.py
 nice -n 19 python3 calibrate.py "$repo/src/wake/hey_strawberry.wake" "$repo/tests/wake/neural-check" \
   "$r3" "$cache"/train/hey_strawberry-c128-r[45]-e*.wake
+# The stop word the daemon runs over a ringing timer (stop.py's header: ~40 min).
+export STOP_CACHE=${STOP_CACHE:-$HOME/.cache/strawberry/wake/stop}
+nice -n 19 python3 stop.py tts
+nice -n 19 python3 stop.py feat
+WAKE_CACHE=$STOP_CACHE WAKE_NAME=stop WAKE_CHANNELS=128 WAKE_EPOCHS=12 nice -n 19 python3 train.py
+nice -n 19 python3 stop.py calibrate "$STOP_CACHE/train/stop-c128.wake" "$repo/src/wake/stop.wake"

@@ -44,6 +44,9 @@ LR = 2e-3
 POS_LO = 3  # frames after the phrase end (counted at the window's end)
 IGN_LO = -15
 METRIC = 2  # version of dev_metrics (a resumed run re-chooses its best epoch when it changed)
+# What the model hears, in its file; its file name's stem ("stop": stop.py's spotter).
+NAME = os.environ.get("WAKE_NAME", "hey strawberry")
+STEM = NAME.replace(" ", "_")
 
 
 def load(split):
@@ -288,10 +291,10 @@ def main():
                  **{"b_" + n: np.asarray(a) for n, a in best_p.items()})
         os.replace(state + ".tmp.npz", state)
         if ROUND in ("2", "3", "4", "5"):
-            export(p, mean, std, os.path.join(ck, f"hey_strawberry-c{C}{TAG}-e{epoch + 1}.wake"),
-                   {"name": "hey strawberry", "epoch": epoch + 1})
-    out = os.environ.get("WAKE_MODEL_OUT", os.path.join(ck, f"hey_strawberry-c{C}{TAG}.wake"))
-    export(best_p, mean, std, out, {"name": "hey strawberry", "dev": dev_metrics(best_p, Xd, yd, mean, std)})
+            export(p, mean, std, os.path.join(ck, f"{STEM}-c{C}{TAG}-e{epoch + 1}.wake"),
+                   {"name": NAME, "epoch": epoch + 1})
+    out = os.environ.get("WAKE_MODEL_OUT", os.path.join(ck, f"{STEM}-c{C}{TAG}.wake"))
+    export(best_p, mean, std, out, {"name": NAME, "dev": dev_metrics(best_p, Xd, yd, mean, std)})
     print(f"wrote {out}", flush=True)
 
 
