@@ -456,7 +456,7 @@ impl Chain<'_> {
                     return outcome;
                 }
                 Some(Heard::NoSpeech { .. }) => return outcome,
-                Some(Heard::Speaking { .. } | Heard::Stop { .. }) | None => {}
+                Some(Heard::Speaking { .. } | Heard::Stop) | None => {}
             }
         }
         outcome

@@ -105,7 +105,7 @@ impl Ear for RecordingEar {
                 say(format!("{:7.2} s  no answer", secs(at)));
                 None
             }
-            Some(Heard::Woke(_) | Heard::Speaking { .. } | Heard::Stop { .. }) | None => None,
+            Some(Heard::Woke(_) | Heard::Speaking { .. } | Heard::Stop) | None => None,
         };
         let _ = reply.send(heard);
         answer
@@ -182,7 +182,7 @@ pub fn listen(config: &Config, file: &Path, out: Option<&Path>, no_wake: bool) -
             )),
             Heard::NoSpeech { at } => say(format!("{:7.2} s  no command followed", secs(at))),
             // `listen` opens no window over a ring.
-            Heard::Speaking { .. } | Heard::Stop { .. } => {}
+            Heard::Speaking { .. } | Heard::Stop => {}
             Heard::Command(command) => {
                 say(format!(
                     "{:7.2} s  speech ended (spoken {:.2}-{:.2} s{})",

@@ -44,10 +44,7 @@ pub enum Heard {
         at: u64,
     },
     /// The stop word over the spoke's ring ([`Listener::with_stop_word`]).
-    Stop {
-        /// Where it was heard.
-        at: u64,
-    },
+    Stop,
 }
 
 /// Frame levels of the last few seconds, for how loud the wake phrase was over this
@@ -323,7 +320,7 @@ impl Listener {
         };
         if stopped {
             self.cancel();
-            return Some(Heard::Stop { at: frame.end() });
+            return Some(Heard::Stop);
         }
         match &mut self.state {
             State::Waiting => {

@@ -70,7 +70,7 @@ pub(super) fn route(now: &Situation, heard: Heard) -> Route {
         Heard::NoSpeech { at } => Some(*at),
         // Only a window over a ring says these, and nothing else waits on them.
         Heard::Speaking { .. } => return Route::Hush,
-        Heard::Stop { .. } => return Route::StopRing,
+        Heard::Stop => return Route::StopRing,
         Heard::Woke(_) => None,
     };
     let after_lost_round = now
@@ -85,7 +85,7 @@ pub(super) fn route(now: &Situation, heard: Heard) -> Route {
         match heard {
             Heard::Command(command) => return Route::Answer(Some(command)),
             Heard::NoSpeech { .. } => return Route::Answer(None),
-            Heard::Woke(_) | Heard::Speaking { .. } | Heard::Stop { .. } => {}
+            Heard::Woke(_) | Heard::Speaking { .. } | Heard::Stop => {}
         }
     }
     if now.round {
@@ -103,7 +103,7 @@ pub(super) fn route(now: &Situation, heard: Heard) -> Route {
         Heard::Command(command) => Route::Start(command),
         Heard::NoSpeech { .. } => Route::Idle,
         Heard::Speaking { .. } => Route::Hush,
-        Heard::Stop { .. } => Route::StopRing,
+        Heard::Stop => Route::StopRing,
     }
 }
 
@@ -331,7 +331,7 @@ mod tests {
         assert_eq!(to(&ringing, silence(0)), "listen on");
         assert_eq!(to(&ringing, woke()), "stop ringing, wake");
         assert_eq!(to(&ringing, Heard::Speaking { at: 0 }), "hush");
-        assert_eq!(to(&ringing, Heard::Stop { at: 0 }), "stop ring");
+        assert_eq!(to(&ringing, Heard::Stop), "stop ring");
         // After the wake word, the command is a command, not a stop check.
         let woken = Situation {
             listening: true,

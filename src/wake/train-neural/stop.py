@@ -44,7 +44,6 @@ from scipy.signal import fftconvolve
 import calibrate
 import common
 import gen
-import texts
 from common import SR, HOP
 
 STOP_CACHE = os.environ.get("STOP_CACHE", os.path.expanduser("~/.cache/strawberry/wake/stop"))
