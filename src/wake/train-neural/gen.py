@@ -165,9 +165,9 @@ def stage_tts(workers):
                 print(f"tts {k}/{len(jobs)}", flush=True)
 
 
-def load_kind(split, kind, first=0, end=None):
-    """Base utterances `first` <= index < `end`."""
-    d = os.path.join(CACHE, "tts", split, kind)
+def load_kind(split, kind, first=0, end=None, root=CACHE):
+    """Base utterances `first` <= index < `end` (under `root`: stop.py keeps its own)."""
+    d = os.path.join(root, "tts", split, kind)
     out = []
     for f in sorted(os.listdir(d)):
         if f.endswith(".npy") and not f.endswith(".tmp.npy") and \
@@ -374,7 +374,12 @@ def make_positive(rng, phrases, commands, paras, confus):
     if rng.random() < 0.7 and commands:
         post = (same or commands)[rng.integers(len(same or commands))][0]
     x = np.concatenate([pre, ph, gap, post, np.zeros(int(0.5 * SR), np.float32)])
-    end = len(pre) + len(ph)
+    return warp_and_place(x, len(pre) + len(ph), rng)
+
+
+def warp_and_place(x, end, rng):
+    """Warps a positive's audio and cuts a clip of it whose phrase, ending at sample `end`,
+    ends between END_LO and END_HI; returns the clip and where the phrase now ends."""
     x, f = sox_warp(x, rng)
     end = int(end * f)
     want = int(SR * rng.uniform(END_LO, END_HI))

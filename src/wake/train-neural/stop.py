@@ -104,15 +104,7 @@ def stage_tts(workers):
 
 
 def load(split, kind):
-    d = os.path.join(STOP_CACHE, "tts", split, kind)
-    out = []
-    for f in sorted(glob.glob(os.path.join(d, "*.npy"))):
-        if f.endswith(".tmp.npy"):
-            continue
-        x = np.load(f)
-        if len(x) > 1600:
-            out.append((x, json.load(open(f[:-4] + ".json"))))
-    return out
+    return gen.load_kind(split, kind, root=STOP_CACHE)
 
 
 def quiet_of_stop(items):
@@ -173,13 +165,7 @@ def make_positive(rng, d):
         p = src[rng.integers(len(src))][0]
         pre = np.concatenate([gen.crop_or_loop(p, int(SR * rng.uniform(0.3, 1.2)), rng), pre])
     y = np.concatenate([pre, x, np.zeros(int(0.8 * SR), np.float32)])
-    end = len(pre) + len(x)
-    y, f = gen.sox_warp(y, rng)
-    end = int(end * f)
-    want = int(SR * rng.uniform(gen.END_LO, gen.END_HI))
-    shift = want - end
-    y = np.concatenate([np.zeros(shift, np.float32), y]) if shift > 0 else y[-shift:]
-    return np.pad(y, (0, max(0, CLIP - len(y))))[:CLIP], want
+    return gen.warp_and_place(y, len(pre) + len(x), rng)
 
 
 def make_negative(rng, d):
