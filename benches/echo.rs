@@ -14,9 +14,13 @@
 //! played signal is first bent by a speaker's nonlinearity, which no linear filter can
 //! follow. The wake phrase recordings of `tests/setup.sh` (other voices) are said 2.5 s
 //! into the reply (the canceller still finding the echo) or 8 s in (found), 10 dB below
-//! the echo (one harder point: 15 dB). Both bundled wake words listen: the reference word
-//! at its default sensitivity and the neural word at `high`. "Replies alone" plays every
-//! sentence of the four voices of `tests/setup.sh` (40 replies, 2.5 min) with no person.
+//! the echo (one harder point: 15 dB). The bundled wake words listen as the daemon's do:
+//! the reference word at its default sensitivity, the neural word at `medium` (the
+//! default) and at `high`, each told frame by frame whether the canceller is taking played
+//! sound out (`Detector::set_over_echo`: the neural word's run then goes on through short
+//! dips, as in the daemon), and the neural word at `medium` once more without being told
+//! (what that rule gains). "Replies alone" plays every sentence of the four voices of
+//! `tests/setup.sh` (40 replies, 2.5 min) with no person.
 //!
 //! `cargo bench --bench echo` (after `tests/setup.sh`); `--features webrtc-aec` (after
 //! `packaging/webrtc-deps.sh`) adds the C++ peer. Arguments after `--bench`: `--configs
@@ -31,7 +35,7 @@ mod room;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use room::{echo_of, noise, play_and_cancel};
+use room::{Cancelled, echo_of, noise, play_and_cancel};
 use sonora_aec3::config::EchoCanceller3Config;
 use strawberry_spoke::audio::echo::{self, Engine, Extras};
 use strawberry_spoke::audio::wav::read_wav_16k;
@@ -110,22 +114,29 @@ fn main() {
     let persons: Vec<Vec<f32>> = phrases.iter().map(|p| read(p)).collect();
     // Both bundled words: the residual echo is speech-like, which the neural word was
     // trained to ignore (babble) and the reference word was not.
+    let neural = || WakeWord::bundled_neural().expect("the bundled neural word");
+    let at = |sensitivity| Settings {
+        sensitivity,
+        ..Settings::default()
+    };
+    // The last is the default word not told when the canceller takes played sound out:
+    // what that rule gains.
     let words = [
         (
             "reference",
             WakeWord::bundled_reference().expect("the bundled reference word"),
             Settings::default(),
+            true,
         ),
+        ("neural `medium`", neural(), at(Sensitivity::Medium), true),
+        ("neural `high`", neural(), at(Sensitivity::High), true),
         (
-            "neural, high",
-            WakeWord::bundled_neural().expect("the bundled neural word"),
-            Settings {
-                sensitivity: Sensitivity::High,
-                ..Settings::default()
-            },
+            "neural `medium` without the over-echo rule",
+            neural(),
+            at(Sensitivity::Medium),
+            false,
         ),
     ];
-
     let configs: Vec<Config> = configs()
         .into_iter()
         .filter(|c| match &only {
@@ -136,11 +147,23 @@ fn main() {
         })
         .collect();
 
+    let found_columns: String = words
+        .iter()
+        .enumerate()
+        .map(|(i, (name, ..))| {
+            let what = if i == 0 {
+                "phrases found during the reply, "
+            } else {
+                ""
+            };
+            format!(" {what}{name} off / on |")
+        })
+        .collect();
     println!(
-        "| room | phrase said | delay | echo gain | phrase below the echo | canceller | ERLE dB (median of {}) | delay found (ms, median) | phrases found during the reply, reference off / on | neural `high` off / on | CPU per 10 ms block |",
+        "| room | phrase said | delay | echo gain | phrase below the echo | canceller | ERLE dB (median of {}) | delay found (ms, median) |{found_columns} CPU per 10 ms block |",
         phrases.len()
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("|{}", " --- |".repeat(9 + words.len()));
     let cases: &[Case] = if quick {
         &[(2_500, 80, 0.6, 10.0), (8_000, 80, 0.6, 10.0)]
     } else {
@@ -155,7 +178,8 @@ fn main() {
             (8_000, 80, 0.6, 15.0),
         ]
     };
-    let mut totals = vec![vec![[[0usize; 2]; 2]; configs.len()]; 2];
+    // Per room, canceller and word: phrases found, phrases said.
+    let mut totals = vec![vec![vec![[0usize; 2]; words.len()]; configs.len()]; 2];
     for (room, totals) in [Room::Linear, Room::SoftClip].into_iter().zip(&mut totals) {
         for &case in cases {
             let scenes: Vec<Scene> = persons
@@ -165,54 +189,53 @@ fn main() {
                 .collect();
             let off: Vec<usize> = words
                 .iter()
-                .map(|(_, word, settings)| {
+                .map(|(_, word, settings, _)| {
                     scenes
                         .iter()
-                        .filter(|scene| scene.found(word, settings, &scene.mic))
+                        .filter(|scene| scene.found(word, settings, &scene.mic, &[]))
                         .count()
                 })
                 .collect();
             for (config, total) in configs.iter().zip(totals.iter_mut()) {
-                let mut found = [0usize; 2];
+                let mut found = vec![0usize; words.len()];
                 let mut erle = Vec::new();
                 let mut delays = Vec::new();
                 let mut cpu = Duration::ZERO;
                 let mut blocks = 0u32;
                 for scene in &scenes {
-                    let (out, took, stats) = scene.cancel(config);
-                    cpu += took;
+                    let (cancelled, stats) = scene.cancel(config);
+                    cpu += cancelled.took;
                     blocks += (scene.mic.len() / (SR / 100)) as u32;
                     delays.push(stats.delay_ms.unwrap_or(0));
-                    erle.push(scene.erle(&out));
-                    for ((_, word, settings), found) in words.iter().zip(&mut found) {
-                        if scene.found(word, settings, &out) {
+                    erle.push(scene.erle(&cancelled.out));
+                    for ((_, word, settings, told), found) in words.iter().zip(&mut found) {
+                        let over_echo: &[bool] = if *told { &cancelled.over_echo } else { &[] };
+                        if scene.found(word, settings, &cancelled.out, over_echo) {
                             *found += 1;
                         }
                     }
                 }
-                for w in 0..2 {
-                    total[w][0] += found[w];
-                    total[w][1] += scenes.len();
+                for (total, found) in total.iter_mut().zip(&found) {
+                    total[0] += found;
+                    total[1] += scenes.len();
                 }
                 erle.sort_by(f64::total_cmp);
                 delays.sort();
                 let (at_ms, delay_ms, gain, below) = case;
+                let n = scenes.len();
+                let found_cells: String = off
+                    .iter()
+                    .zip(&found)
+                    .map(|(off, on)| format!(" {off}/{n} / {on}/{n} |"))
+                    .collect();
                 println!(
-                    "| {} | {:.1} s in | {delay_ms} ms | {:.0} dB | {below:.0} dB | {} | {:.1} | {} | {}/{} / {}/{} | {}/{} / {}/{} | {:.0} µs |",
+                    "| {} | {:.1} s in | {delay_ms} ms | {:.0} dB | {below:.0} dB | {} | {:.1} | {} |{found_cells} {:.0} µs |",
                     room.name(),
                     at_ms as f64 / 1000.0,
                     20.0 * f64::from(gain).log10(),
                     config.name,
                     erle[erle.len() / 2],
                     delays[delays.len() / 2],
-                    off[0],
-                    scenes.len(),
-                    found[0],
-                    scenes.len(),
-                    off[1],
-                    scenes.len(),
-                    found[1],
-                    scenes.len(),
                     cpu.as_secs_f64() * 1e6 / f64::from(blocks),
                 );
             }
@@ -220,36 +243,48 @@ fn main() {
     }
 
     println!();
+    let names: Vec<&str> = words.iter().map(|(name, ..)| *name).collect();
     println!(
-        "| room | canceller | phrases found during replies, all cases: reference | neural `high` | wakes in {} replies alone, off: reference, neural | on: reference, neural | ERLE dB over them |",
-        replies.len()
+        "| room | canceller | phrases found during replies, all cases: {} | wakes in {} replies alone, off: {} | on: {} | ERLE dB over them |",
+        names.join(" | "),
+        replies.len(),
+        names.join(", "),
+        names.join(", "),
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("|{}", " --- |".repeat(5 + words.len()));
     for (room, totals) in [Room::Linear, Room::SoftClip].into_iter().zip(&totals) {
         let quiet = Scene::new(room, &all_replies, &[], (0, 80, 0.6, 10.0), 99);
         let off: Vec<usize> = words
             .iter()
-            .map(|(_, word, settings)| detect(word, settings, &quiet.mic).len())
+            .map(|(_, word, settings, _)| detect(word, settings, &quiet.mic, &[]).len())
             .collect();
+        let list = |counts: &[usize]| {
+            counts
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         for (config, total) in configs.iter().zip(totals) {
-            let (out, _, _) = quiet.cancel(config);
+            let (cancelled, _) = quiet.cancel(config);
             let on: Vec<usize> = words
                 .iter()
-                .map(|(_, word, settings)| detect(word, settings, &out).len())
+                .map(|(_, word, settings, told)| {
+                    let over_echo: &[bool] = if *told { &cancelled.over_echo } else { &[] };
+                    detect(word, settings, &cancelled.out, over_echo).len()
+                })
+                .collect();
+            let found: String = total
+                .iter()
+                .map(|[found, said]| format!(" {found}/{said} |"))
                 .collect();
             println!(
-                "| {} | {} | {}/{} | {}/{} | {}, {} | {}, {} | {:.1} |",
+                "| {} | {} |{found} {} | {} | {:.1} |",
                 room.name(),
                 config.name,
-                total[0][0],
-                total[0][1],
-                total[1][0],
-                total[1][1],
-                off[0],
-                off[1],
-                on[0],
-                on[1],
-                quiet.erle(&out),
+                list(&off),
+                list(&on),
+                quiet.erle(&cancelled.out),
             );
         }
     }
@@ -327,11 +362,13 @@ fn read(path: &Path) -> Vec<f32> {
         .0
 }
 
-/// Where the wake word fired, as sample positions.
-fn detect(word: &WakeWord, settings: &Settings, audio: &[f32]) -> Vec<usize> {
+/// Where the wake word fired, as sample positions; `over_echo` says per frame whether the
+/// canceller was taking played sound out (none: never), as the daemon tells the word.
+fn detect(word: &WakeWord, settings: &Settings, audio: &[f32], over_echo: &[bool]) -> Vec<usize> {
     let mut detector = Detector::with_word(settings, word).expect("detector");
     let mut ends = Vec::new();
-    for chunk in audio.chunks(FRAME_SAMPLES) {
+    for (i, chunk) in audio.chunks(FRAME_SAMPLES).enumerate() {
+        detector.set_over_echo(over_echo.get(i).copied().unwrap_or(false));
         if !detector.process(chunk).is_empty() {
             ends.push(detector.position() as usize);
         }
@@ -388,18 +425,24 @@ impl Scene {
     }
 
     /// Whether `word` fired on `audio` during the person's phrase (or just after it).
-    fn found(&self, word: &WakeWord, settings: &Settings, audio: &[f32]) -> bool {
-        detect(word, settings, audio)
+    fn found(
+        &self,
+        word: &WakeWord,
+        settings: &Settings,
+        audio: &[f32],
+        over_echo: &[bool],
+    ) -> bool {
+        detect(word, settings, audio, over_echo)
             .iter()
             .any(|&end| end > self.person_at && end < self.person_at + self.person_len + SR / 2)
     }
 
     /// Runs the microphone through a fresh canceller with the render played alongside.
-    fn cancel(&self, config: &Config) -> (Vec<f32>, Duration, echo::EchoStats) {
+    fn cancel(&self, config: &Config) -> (Cancelled, echo::EchoStats) {
         let (reference, mut canceller) =
             echo::pair_with(config.engine.clone(), config.extras).expect("canceller");
-        let (out, took) = play_and_cancel(&reference, &mut canceller, &self.render, &self.mic, 0);
-        (out, took, canceller.stats())
+        let cancelled = play_and_cancel(&reference, &mut canceller, &self.render, &self.mic, 0);
+        (cancelled, canceller.stats())
     }
 
     /// ERLE over the reply from its 4th second on, outside the person's speech.

@@ -15,12 +15,13 @@
 //! Rooms: `benches/stt/rooms.rs` (sox), the background running through the lead and the
 //! tail too. Processing: `off` (the microphone as heard); `daemon` (the echo canceller
 //! stage as `run` has it with a speaker: sonora's AEC3, `EchoStage`, no extras, nothing
-//! played); `ns` (sonora's AEC3 and noise suppression with silence as the reference and
-//! its output used from the first frame: what a noise suppression switch on the capture
-//! path would do; no such switch exists in the daemon, see BENCHMARKS.md).
+//! played); `ns` and `agc` (sonora's AEC3 with its noise suppression, or with its AGC2
+//! adaptive digital gain, silence as the reference and the output used from the first
+//! frame: what such a switch on the capture path would do; no such switch exists in the
+//! daemon, see BENCHMARKS.md).
 //!
-//! The chain is the default configuration's: the bundled reference word at default
-//! settings (the neural word at `high` is counted too, wake only), the VAD's defaults
+//! The chain is the default configuration's: the default wake word (the bundled neural
+//! word at `medium`; the reference word at its default is counted too, wake only), the VAD's defaults
 //! (`vad.mid_sentence_ms` 1200: pauses are transcribed and judged at once, so the
 //! judged end here has no transcription latency), the recommended model (base q8_0,
 //! `auto` among en/de/fr/es, 2 threads), with `stt.timeout_ms` raised so that the load of
@@ -28,7 +29,7 @@
 //!
 //! `cargo bench --bench rooms` (after `tests/setup.sh`; needs flite, festival, sox).
 //! `ROOMS_BENCH_ROOMS` (comma-separated names of [`rooms::ROOMS`], default all) and
-//! `ROOMS_BENCH_PROCESSING` (`off,daemon,ns`, default all) choose; `ROOMS_BENCH_RESUME`
+//! `ROOMS_BENCH_PROCESSING` (`off,daemon,ns,agc`, default all) choose; `ROOMS_BENCH_RESUME`
 //! (a directory) keeps each room's results there and reuses them; `ROOMS_BENCH_STRIDE=k`
 //! takes every k-th clip (all six voices stay in). Under `cargo test`
 //! this target only checks its inputs.
@@ -45,7 +46,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use sonora::config::{EchoCanceller, HighPassFilter, NoiseSuppression};
+use sonora::config::{
+    AdaptiveDigital, EchoCanceller, GainController2, HighPassFilter, NoiseSuppression,
+};
 use sonora::{AudioProcessing, StreamConfig};
 use strawberry_spoke::app::Parts;
 use strawberry_spoke::audio::wav::frames;
@@ -57,7 +60,7 @@ use strawberry_spoke::daemon::pipeline::clean_transcript;
 use strawberry_spoke::daemon::systemd::Notifier;
 use strawberry_spoke::daemon::turn_end::sounds_finished;
 use strawberry_spoke::stt::Transcriber;
-use strawberry_spoke::wake::{Bundled, Sensitivity, WakeWord};
+use strawberry_spoke::wake::{Bundled, WakeWord};
 use support::stt::{Clip, base_model, cache_dir, clips_in, word_error_rate};
 
 /// Room before each clip: the listener's floors and the detector settle on it.
@@ -75,6 +78,7 @@ enum Processing {
     Off,
     Daemon,
     Ns,
+    Agc,
 }
 
 impl Processing {
@@ -83,6 +87,7 @@ impl Processing {
             Processing::Off => "off",
             Processing::Daemon => "daemon",
             Processing::Ns => "ns",
+            Processing::Agc => "agc",
         }
     }
 }
@@ -108,7 +113,8 @@ struct Outcome {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct RoomRun {
     wake: Vec<Outcome>,
-    neural_high: Vec<bool>,
+    /// The reference word heard the phrase (wake only).
+    reference_word: Vec<bool>,
     bypassed: Vec<Outcome>,
     /// The processed audio was the microphone's, bit for bit, in every clip.
     unchanged: bool,
@@ -159,14 +165,16 @@ fn main() {
         }
     };
     let room_names = chosen("ROOMS_BENCH_ROOMS", &rooms::ROOMS);
-    let processings: Vec<Processing> = chosen("ROOMS_BENCH_PROCESSING", &["off", "daemon", "ns"])
-        .into_iter()
-        .map(|p| match p {
-            "off" => Processing::Off,
-            "daemon" => Processing::Daemon,
-            _ => Processing::Ns,
-        })
-        .collect();
+    let processings: Vec<Processing> =
+        chosen("ROOMS_BENCH_PROCESSING", &["off", "daemon", "ns", "agc"])
+            .into_iter()
+            .map(|p| match p {
+                "off" => Processing::Off,
+                "daemon" => Processing::Daemon,
+                "ns" => Processing::Ns,
+                _ => Processing::Agc,
+            })
+            .collect();
     let resume = std::env::var_os("ROOMS_BENCH_RESUME").map(PathBuf::from);
 
     let mut config = Config::default();
@@ -178,14 +186,13 @@ fn main() {
     // change the words, so no transcription is cut here.
     config.stt.timeout_ms = 600_000;
     let parts = Parts::new(&config).unwrap_or_else(|e| panic!("{e}"));
-    let mut neural = config.clone();
-    neural.wake.bundled = Bundled::Neural;
-    neural.wake.sensitivity = Sensitivity::High;
-    let neural = Parts::new(&neural).unwrap_or_else(|e| panic!("{e}"));
+    let mut reference = config.clone();
+    reference.wake.bundled = Bundled::Reference;
+    let reference = Parts::new(&reference).unwrap_or_else(|e| panic!("{e}"));
     let transcriber = Transcriber::load(&config.stt.settings()).unwrap_or_else(|e| panic!("{e}"));
     let chain = Chain {
         parts: &parts,
-        neural: &neural,
+        reference: &reference,
         transcriber: &transcriber,
     };
     println!(
@@ -291,7 +298,8 @@ enum Stage {
     Off,
     /// The daemon's stage (nothing is played: its reference is dropped).
     Daemon(Box<EchoStage>),
-    Ns(Box<AudioProcessing>),
+    /// Sonora's AudioProcessing: AEC3 with noise suppression or AGC2.
+    Apm(Box<AudioProcessing>),
 }
 
 impl Stage {
@@ -306,16 +314,21 @@ impl Stage {
                     Arc::new(Notifier::from_env()),
                 )))
             }
-            Processing::Ns => {
-                // The canceller's configuration with noise suppression (src/audio/echo.rs
-                // `Extras`), its output used from the start.
+            Processing::Ns | Processing::Agc => {
+                // The canceller's configuration with noise suppression or AGC2
+                // (src/audio/echo.rs `Extras`), its output used from the start.
+                let ns = processing == Processing::Ns;
                 let stream = StreamConfig::new(SAMPLE_RATE, 1);
-                Stage::Ns(Box::new(
+                Stage::Apm(Box::new(
                     AudioProcessing::builder()
                         .config(sonora::Config {
                             echo_canceller: Some(EchoCanceller::default()),
                             high_pass_filter: Some(HighPassFilter::default()),
-                            noise_suppression: Some(NoiseSuppression::default()),
+                            noise_suppression: ns.then(NoiseSuppression::default),
+                            gain_controller2: (!ns).then(|| GainController2 {
+                                adaptive_digital: Some(AdaptiveDigital::default()),
+                                ..GainController2::default()
+                            }),
                             ..sonora::Config::default()
                         })
                         .capture_config(stream)
@@ -330,7 +343,7 @@ impl Stage {
         match self {
             Stage::Off => {}
             Stage::Daemon(stage) => stage.process(frame),
-            Stage::Ns(apm) => {
+            Stage::Apm(apm) => {
                 for block in frame.samples.chunks_exact_mut(160) {
                     let silence = [0.0f32; 160];
                     let mut played = [0.0f32; 160];
@@ -358,7 +371,7 @@ impl Stage {
 
 struct Chain<'a> {
     parts: &'a Parts,
-    neural: &'a Parts,
+    reference: &'a Parts,
     transcriber: &'a Transcriber,
 }
 
@@ -384,14 +397,14 @@ impl Chain<'_> {
             run.unchanged &= same;
             if let (true, Some(off)) = (same, off) {
                 run.wake.push(off.wake[i].clone());
-                run.neural_high.push(off.neural_high[i]);
+                run.reference_word.push(off.reference_word[i]);
                 run.bypassed.push(off.bypassed[i].clone());
                 continue;
             }
             run.wake
                 .push(self.hear(self.parts, &w_audio, w.true_end, Mode::Wake));
-            run.neural_high.push(
-                self.hear(self.neural, &w_audio, w.true_end, Mode::WakeOnly)
+            run.reference_word.push(
+                self.hear(self.reference, &w_audio, w.true_end, Mode::WakeOnly)
                     .woke,
             );
             run.bypassed
@@ -503,12 +516,12 @@ fn wer(outcomes: &[Outcome], clips: &[Clip]) -> (f64, usize) {
 fn report(table: &[(String, Processing, RoomRun)], wake_clips: &[Clip], command_clips: &[Clip]) {
     let n = wake_clips.len();
     println!(
-        "\n| room | processing | wake found (reference, default) | neural, high | end judged after the last word: median / max, within 1 s (woken) | decided: median / max, within 1 s | WER of woken commands | wake bypassed: WER | decided: median / max, within 1 s | pauses transcribed |"
+        "\n| room | processing | wake found (default: neural, `medium`) | reference word | end judged after the last word: median / max, within 1 s (woken) | decided: median / max, within 1 s | WER of woken commands | wake bypassed: WER | decided: median / max, within 1 s | pauses transcribed |"
     );
     println!("|{}", " --- |".repeat(10));
     for (room, processing, run) in table {
         let woke = run.wake.iter().filter(|o| o.woke).count();
-        let neural = run.neural_high.iter().filter(|w| **w).count();
+        let reference = run.reference_word.iter().filter(|w| **w).count();
         let ends: Vec<f64> = run.wake.iter().filter_map(|o| o.end_after_s).collect();
         let decided: Vec<f64> = run.wake.iter().filter_map(|o| o.decided_after_s).collect();
         let (wake_wer, _) = wer(&run.wake, command_clips);
@@ -526,7 +539,7 @@ fn report(table: &[(String, Processing, RoomRun)], wake_clips: &[Clip], command_
             .filter(|o| o.cut)
             .count();
         println!(
-            "| {room} | {}{} | {woke} of {n} | {neural} of {n} | {} | {} | {:.1}% | {:.1}% | {} | {pauses}{} |",
+            "| {room} | {}{} | {woke} of {n} | {reference} of {n} | {} | {} | {:.1}% | {:.1}% | {} | {pauses}{} |",
             processing.name(),
             if run.unchanged && *processing != Processing::Off {
                 " (audio unchanged)"

@@ -58,15 +58,14 @@ pub fn taps(delay_ms: usize, gain: f32) -> Vec<(usize, f32)> {
 
 /// Plays `render` (16 kHz) through `reference` at 48 kHz, one frame's worth ahead of
 /// each capture frame plus `lead_ms` up front (an ALSA buffer filling), silence once it
-/// is over, and runs `mic` through `canceller`. Returns what came out and the time the
-/// canceller took.
+/// is over, and runs `mic` through `canceller`.
 pub fn play_and_cancel(
     reference: &Reference,
     canceller: &mut Canceller,
     render: &[f32],
     mic: &[f32],
     lead_ms: usize,
-) -> (Vec<f32>, Duration) {
+) -> Cancelled {
     let played = resample(render, SAMPLE_RATE, SPEAKER_RATE).expect("resample");
     let mut callbacks = played.chunks(CALLBACK);
     let per_frame = FRAME_SAMPLES * (SPEAKER_RATE / SAMPLE_RATE) as usize / CALLBACK;
@@ -76,6 +75,7 @@ pub fn play_and_cancel(
         }
     }
     let mut out = Vec::with_capacity(mic.len());
+    let mut over_echo = Vec::with_capacity(mic.len() / FRAME_SAMPLES);
     let mut took = Duration::ZERO;
     for (i, samples) in mic.chunks_exact(FRAME_SAMPLES).enumerate() {
         for _ in 0..per_frame {
@@ -92,8 +92,24 @@ pub fn play_and_cancel(
         canceller.process(&mut frame).expect("the canceller");
         took += t.elapsed();
         out.extend(frame.samples);
+        over_echo.push(canceller.over_echo());
     }
-    (out, took)
+    Cancelled {
+        out,
+        over_echo,
+        took,
+    }
+}
+
+/// What [`play_and_cancel`] returns.
+pub struct Cancelled {
+    /// What came out of the canceller.
+    pub out: Vec<f32>,
+    /// Per frame, whether the canceller was taking played sound out as it came out
+    /// (what the daemon tells the wake word: `Detector::set_over_echo`).
+    pub over_echo: Vec<bool>,
+    /// The time the canceller took.
+    pub took: Duration,
 }
 
 /// Mean power.
