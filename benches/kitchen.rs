@@ -18,12 +18,12 @@
 //! `cargo bench --bench kitchen` (after `tests/setup.sh`; `--profile dev` runs the
 //! test suite's debug daemon, built in seconds when the tests were). `KITCHEN_BENCH_TRIALS`
 //! (default 10) barge-in trials and `KITCHEN_BENCH_REPLIES` (default 50) replies alone
-//! per configuration; `KITCHEN_BENCH_SETUPS` (comma-separated parts of the setups' names,
-//! e.g. `canceller on`, or `ring` for the stop trials alone) runs only the setups whose
+//! per configuration; `KITCHEN_BENCH_SETUPS` (parts of the setups' names separated by
+//! `;`, as the names have commas: e.g. `canceller on`, `ring` for the stop trials alone,
+//! `ring, canceller and stop word on` for the first of them) runs only the setups whose
 //! name contains one; with `KITCHEN_BENCH_LOGS` (a directory) each setup's daemon log is
-//! kept there, for a look at what it heard. It runs in real
-//! time: about an hour with the defaults. Under
-//! `cargo test` this target only checks that its inputs exist.
+//! kept there, for a look at what it heard. It runs in real time: about an hour with the
+//! defaults. Under `cargo test` this target only checks that its inputs exist.
 
 #[path = "../tests/support/mod.rs"]
 #[allow(dead_code, reason = "a benchmark uses a few of the test helpers")]
@@ -111,7 +111,7 @@ fn main() {
     );
     println!("| --- | --- | --- | --- | --- | --- |");
     let wanted = std::env::var("KITCHEN_BENCH_SETUPS").unwrap_or_default();
-    let chosen = |label: &str| wanted.is_empty() || wanted.split(',').any(|w| label.contains(w));
+    let chosen = |label: &str| wanted.is_empty() || wanted.split(';').any(|w| label.contains(w));
     for (label, extra, alone) in SETUPS.into_iter().filter(|(label, ..)| chosen(label)) {
         let kitchen = rt.block_on(Kitchen::start(2 * trials + replies + 2, extra));
         let hits = kitchen.barge_in(trials);
@@ -146,7 +146,7 @@ fn main() {
     println!("| setup | \"stop\" said 1.5 s into a ring stopped it | median ring |");
     println!("| --- | --- | --- |");
     let rings = [
-        ("ring, canceller on", "echo_cancel = true"),
+        ("ring, canceller and stop word on", "echo_cancel = true"),
         (
             "ring, canceller on, stop word off",
             "echo_cancel = true\n[wake]\nstop_word = false",
