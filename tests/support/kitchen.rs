@@ -6,13 +6,18 @@
 //! like tomorrow" on cue.
 #![allow(dead_code)] // the test and the benchmark use different parts
 
+use std::path::PathBuf;
 use std::time::Duration;
+
+use strawberry_spoke::audio::SAMPLE_RATE;
+use strawberry_spoke::audio::wav::read_wav_16k;
 
 use super::daemon::{Daemon, NotifySocket, Spoke, wake_phrase};
 use super::live_room::{Acoustics, Heard, LiveRoom};
 use super::llm::{Reply, ScriptedServer, text_reply};
 use super::mouth::{CHUNK, Mouth};
 use super::poll;
+use super::stt::cache_dir;
 
 /// A generous bound on each step (transcribing, the hub, speaking).
 pub const STEP: Duration = Duration::from_secs(60);
@@ -170,13 +175,15 @@ impl Kitchen {
     }
 
     /// Stop trials (a [`Kitchen::timers`] spoke): a timer is set by voice, and "stop" is
-    /// said 1.5 s into its ring. Returns, per trial, how long it rang. A ring that keeps
-    /// making way for its own sound (no canceller) can run out before 1.5 s of it was
-    /// heard: nobody speaks then, and it counts as not stopped.
+    /// said 1.5 s into its ring, by the voices of [`held_out_stops`] in turn. Returns, per
+    /// trial, how long it rang. A ring that keeps making way for its own sound (no
+    /// canceller) can run out before 1.5 s of it was heard: nobody speaks then, and it
+    /// counts as not stopped.
     pub fn stop_rings(&self, trials: usize) -> Vec<Duration> {
-        let stop = self.spoke.espeak("Stop.");
+        let stops = held_out_stops();
         (0..trials)
-            .map(|_| {
+            .map(|trial| {
+                let stop = &stops[trial % stops.len()];
                 let said = self.statuses();
                 self.mouth.say(&self.phrase);
                 let (ringing, at) = self
@@ -193,13 +200,35 @@ impl Kitchen {
                     || self.room.heard().audible_chunks >= heard + 75 || over(),
                 );
                 if !over() {
-                    self.mouth.say(&stop);
+                    self.mouth.say(stop);
                 }
                 let (_, quiet) = self.notify.wait_status(&self.spoke, IDLE, ringing, STEP);
                 quiet.duration_since(at).unwrap_or_default()
             })
             .collect()
     }
+}
+
+/// "Stop" said by each voice `tests/setup.sh` holds out from the wake and stop words'
+/// training (`wake/stop/`), without the second of silence on either side: the spoke's
+/// own stop word never heard these voices.
+pub fn held_out_stops() -> Vec<Vec<f32>> {
+    let dir = cache_dir().join("wake/stop");
+    let mut wavs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e} (run tests/setup.sh)", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wav"))
+        .collect();
+    wavs.sort();
+    assert!(!wavs.is_empty(), "no recordings in {}", dir.display());
+    let lead = SAMPLE_RATE as usize;
+    wavs.iter()
+        .map(|wav| {
+            let (samples, _) =
+                read_wav_16k(wav).unwrap_or_else(|e| panic!("{}: {e}", wav.display()));
+            samples[lead..samples.len() - lead].to_vec()
+        })
+        .collect()
 }
 
 /// How many of the rings [`Kitchen::stop_rings`] timed were stopped: one nobody stopped
