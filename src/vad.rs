@@ -344,8 +344,6 @@ pub struct Endpointer {
     /// Samples analysed so far.
     position: u64,
     speech_run: u32,
-    /// The start goes back by the bar's smoothing lag ([`Endpointer::starting_early`]).
-    early: bool,
     /// Start of the utterance once speech has started.
     start: Option<u64>,
     last_speech_end: u64,
@@ -368,7 +366,6 @@ impl Endpointer {
             partial: Vec::with_capacity(FRAME_SAMPLES),
             position: 0,
             speech_run: 0,
-            early: false,
             start: None,
             last_speech_end: 0,
             done: None,
@@ -376,18 +373,12 @@ impl Endpointer {
     }
 
     /// Speech must also clear `bar_db` (dBFS, from [`Room::bar_db`]; `None`: the noise
-    /// floor alone decides).
+    /// floor alone decides). The bar holds a level smoothed over [`SMOOTH_FRAMES`],
+    /// which clears it up to that much after a word began (and a soft beginning, the
+    /// "st" of "stop", never does), so with a bar the start goes back by as much: the
+    /// first word must reach Whisper whole. It can also start up to as much before it.
     pub fn with_bar(mut self, bar_db: Option<f64>) -> Endpointer {
         self.detector = self.detector.with_bar(bar_db);
-        self
-    }
-
-    /// The bar holds a level smoothed over [`SMOOTH_FRAMES`], which clears it up to that
-    /// much after a word began (and a soft beginning, the "st" of "stop", never does):
-    /// with this, the start goes back by as much, for a word that must reach Whisper
-    /// whole. It can also start up to as much before the word.
-    pub fn starting_early(mut self) -> Endpointer {
-        self.early = true;
         self
     }
 
@@ -457,7 +448,7 @@ impl Endpointer {
                 if speech {
                     self.speech_run += 1;
                     if self.speech_run >= MIN_SPEECH_FRAMES {
-                        let lag = if self.early && self.detector.bar_db.is_some() {
+                        let lag = if self.detector.bar_db.is_some() {
                             SMOOTH_FRAMES as u64
                         } else {
                             0
@@ -738,7 +729,7 @@ mod tests {
     }
 
     #[test]
-    fn started_early_a_word_under_a_bar_keeps_its_soft_beginning() {
+    fn a_word_under_a_bar_keeps_its_soft_beginning() {
         // A quiet room, then a soft 120 ms onset ("st") under the bar and a loud vowel
         // over it: the smoothed level clears the bar only well into the vowel.
         let mut audio = vec![0.0; 16_000];
@@ -748,7 +739,7 @@ mod tests {
         audio.extend(vec![0.0; 16_000]);
         let bar = Some(db(0.3f64.powi(2) / 2.0) - 5.0);
         let start_with = |bar| {
-            let mut e = Endpointer::new(&settings()).with_bar(bar).starting_early();
+            let mut e = Endpointer::new(&settings()).with_bar(bar);
             match e.push(&audio) {
                 Some(Endpoint::Speech { start, .. }) => start,
                 other => panic!("{other:?}"),
@@ -771,7 +762,7 @@ mod tests {
         let word = hummed.len() as u64;
         hummed.extend(tone(0.3, 0.3));
         hummed.extend(vec![0.0; 16_000]);
-        let mut e = Endpointer::new(&settings()).with_bar(bar).starting_early();
+        let mut e = Endpointer::new(&settings()).with_bar(bar);
         let Some(Endpoint::Speech { start, .. }) = e.push(&hummed) else {
             panic!("{:?}", e.push(&[]));
         };

@@ -279,9 +279,6 @@ impl Listener {
             _ => room,
         };
         let mut endpointer = Endpointer::new(&vad).with_bar(bar);
-        if over_ring {
-            endpointer = endpointer.starting_early();
-        }
         let decided = endpointer.push(&audio);
         debug_assert!(decided.is_none());
         self.state = State::Command {
@@ -397,7 +394,8 @@ impl Listener {
 
     /// The command starts where the wake word ended; what came since is in the pre-roll.
     /// The command must be louder than the room before the phrase, within reach of the
-    /// phrase's own level.
+    /// phrase's own level (its start goes back by the lag of the level held against that
+    /// bar: [`Endpointer::with_bar`]).
     fn start_command(&mut self, detection: &Detection) {
         let speaker = self.room.speaker_db(detection.start, detection.end);
         if speaker.is_some() {
@@ -542,7 +540,8 @@ mod tests {
             panic!("{heard:?}")
         };
         assert!(!c.cut);
-        assert!((15_000..17_500).contains(&c.start), "start {}", c.start);
+        // From up to 160 ms before the voice (the bar's lag, `Endpointer::with_bar`).
+        assert!((12_400..17_500).contains(&c.start), "start {}", c.start);
         assert!((31_000..33_000).contains(&c.end), "end {}", c.end);
         assert!(c.decided_at >= c.end);
         assert!(c.samples.len() as u64 >= c.end - c.start);
@@ -584,7 +583,12 @@ mod tests {
         let [Heard::Command(c)] = heard.as_slice() else {
             panic!("{heard:?}")
         };
-        assert!(c.start.abs_diff(start) <= 1600, "{} {start}", c.start);
+        // From up to 160 ms before the answer (the bar's lag, `Endpointer::with_bar`).
+        assert!(
+            (start - 2560 - 1600..=start + 1600).contains(&c.start),
+            "{} {start}",
+            c.start
+        );
         assert!(c.end.abs_diff(end) <= 3200, "{} {end}", c.end);
         // Without a wake phrase to go by, the reply is taken for the room.
         let (heard, _, _) = hear(false);
