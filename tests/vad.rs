@@ -365,13 +365,7 @@ fn a_command_after_the_wake_word_in_noise_starts_by_its_first_sound() {
     let dir = tempfile::tempdir().unwrap();
     let noise = pink_noise(dir.path(), 30);
     let word = WakeWord::bundled().unwrap();
-    let phrases = stt::cache_dir().join("wake/phrase");
-    let mut wavs: Vec<_> = std::fs::read_dir(&phrases)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "wav"))
-        .collect();
-    wavs.sort();
+    let wavs = stt::wavs(&stt::cache_dir().join("wake/phrase"), ".wav");
     let lead = 1.5;
     let mut report = String::new();
     let mut starts = Vec::new();

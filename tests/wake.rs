@@ -16,6 +16,7 @@ use strawberry_spoke::wake::{
 };
 
 use crate::support::cpu;
+use crate::support::stt::wavs;
 
 /// How far a reported end of the phrase may be from the true one, in seconds.
 const END_TOLERANCE: f64 = 0.5;
@@ -28,16 +29,6 @@ fn wake_dir() -> PathBuf {
         dir.display()
     );
     dir
-}
-
-fn wavs(dir: &Path, suffix: &str) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(suffix))
-        .collect();
-    files.sort();
-    files
 }
 
 fn read_16k(path: &Path) -> Vec<f32> {

@@ -6,7 +6,6 @@
 //! like tomorrow" on cue.
 #![allow(dead_code)] // the test and the benchmark use different parts
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use strawberry_spoke::audio::SAMPLE_RATE;
@@ -17,7 +16,7 @@ use super::live_room::{Acoustics, Heard, LiveRoom};
 use super::llm::{Reply, ScriptedServer, text_reply};
 use super::mouth::{CHUNK, Mouth};
 use super::poll;
-use super::stt::cache_dir;
+use super::stt::{cache_dir, wavs};
 
 /// A generous bound on each step (transcribing, the hub, speaking).
 pub const STEP: Duration = Duration::from_secs(60);
@@ -214,12 +213,7 @@ impl Kitchen {
 /// own stop word never heard these voices.
 pub fn held_out_stops() -> Vec<Vec<f32>> {
     let dir = cache_dir().join("wake/stop");
-    let mut wavs: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e} (run tests/setup.sh)", dir.display()))
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "wav"))
-        .collect();
-    wavs.sort();
+    let wavs = wavs(&dir, ".wav");
     assert!(!wavs.is_empty(), "no recordings in {}", dir.display());
     let lead = SAMPLE_RATE as usize;
     wavs.iter()

@@ -22,6 +22,22 @@ pub fn ct2_dir() -> PathBuf {
     dir
 }
 
+/// The files in `dir` whose names end in `suffix` (e.g. `.wav`), sorted by name.
+pub fn wavs(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}: run tests/setup.sh first (the README's test line does)",
+                dir.display()
+            )
+        })
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    files.sort();
+    files
+}
+
 /// One recording and what was said in it.
 #[derive(Debug, Clone)]
 pub struct Clip {
