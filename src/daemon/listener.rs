@@ -251,6 +251,11 @@ impl Listener {
     /// level (the room's bar when no phrase was heard). Speech that starts is reported
     /// ([`Heard::Speaking`]) so the ring can make way for it.
     pub fn listen_over_ring(&mut self, no_speech_ms: u64) {
+        // The stop word hears each window afresh: it heard nothing between windows, and
+        // after a detection it would spend the next window's first half second re-arming.
+        if let Some(stop) = &mut self.stop {
+            stop.reset();
+        }
         self.open_window(no_speech_ms, true);
     }
 
