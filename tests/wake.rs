@@ -825,12 +825,14 @@ fn longest_run(scores: &[f32], threshold: f32, gap: usize) -> usize {
 fn over_the_echo_cancellers_output_a_one_frame_dip_does_not_end_the_run() {
     let _cores = cpu::heavy_blocking();
     let (samples, scores) = check_clip_scores();
-    // A threshold at which the phrase's run dips under it for one frame.
+    // A threshold at which the phrase's run dips under it for one frame, with a run a
+    // word file may ask for (at most 50 frames).
     let (threshold, through) = scores
         .iter()
         .find_map(|&t| {
             let through = longest_run(&scores, t, 1);
-            (through > longest_run(&scores, t, 0) && through > 2).then_some((t, through))
+            (through > longest_run(&scores, t, 0) && (3..=50).contains(&through))
+                .then_some((t, through))
         })
         .expect("the clip's score dips for a frame somewhere over the phrase");
     assert_eq!(

@@ -32,8 +32,11 @@ from common import CACHE, HOP, WIN, SR
 REARM = 50
 # Persistence rules tried (consecutive frames over the threshold); a phrase keeps its
 # score up for ~20 frames after it ends (~40 from round 4's labels on), a stray spike in
-# ordinary speech for fewer.
-RULES = (2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 28, 32, 40)
+# ordinary speech for fewer. At most 32 (320 ms): over the spoke's own reply the echo
+# canceller's suppressor dips the score, and a longer run breaks more often (round 7's
+# word at 40 frames interrupted a reply 7 times in 10 in tests/voice_echo.rs, at 24
+# frames 9 or 10); and every frame of the rule is a frame the person waits.
+RULES = (2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 28, 32)
 # Rules whose dev detection is within this of the best are tied: the shortest wins, as
 # a voice whose score falls sooner than the dev voices' still fires with it.
 TIE = 0.01

@@ -102,6 +102,14 @@ DEV_FLITE = ["kal", "kal16", "awb", "slt"]
 DEV_FESTIVAL = ["hy_fi_mv_diphone", "suo_fi_lj_diphone", "lp_diphone", "pc_diphone",
                 "czech_machac"]
 DEV_FESTIVAL_PHRASE = "Hei stroberi"
+# Festival's other other-language voices, speaking in training from round 6 on (gen.py
+# accent): the quiet room's misses were festival's and flite's unseen voices, whose
+# synthesis (diphones, HTS) no espeak voice sounds like, and Debian main has no English
+# voices left to train on. These speak the respelled phrase, and English text with their
+# own letter-to-sound rules. So from round 6 festival is a trained engine: its English
+# voices (the test set's) stay held-out speakers, and the dev voices above stay unseen.
+# Festival's Russian voice reads only Cyrillic, so it is left out.
+TRAIN_FESTIVAL = ["czech_dita", "czech_krb", "czech_ph", "upc_ca_ona_hts"]
 
 
 def espeak_ng_variants():
@@ -123,7 +131,7 @@ def espeak_old_variants():
 
 def split_of(engine, voice, variant):
     if engine == "festival":
-        return "test"
+        return "accent" if voice in TRAIN_FESTIVAL else "test"
     if engine == "flite":
         return "test" if voice in TEST_FLITE else "train"
     if voice in TEST_LANGS or variant in TEST_VARIANTS:
@@ -147,6 +155,6 @@ def all_voices():
             out.append(("espeak", lang, v))
     for v in ["kal", "kal16", "awb", "slt", "rms"]:
         out.append(("flite", v, ""))
-    for v in ["kal_diphone", "ked_diphone", "cmu_us_slt_arctic_hts"]:
+    for v in ["kal_diphone", "ked_diphone", "cmu_us_slt_arctic_hts"] + TRAIN_FESTIVAL:
         out.append(("festival", v, ""))
     return out

@@ -97,6 +97,8 @@ COUNTS = {  # utterances per split and kind
               "para": int(os.environ.get("WAKE_PARAS", "500"))},
     "dev": {"phrase": 300, "command": 150, "confusable": 200, "para": 40},
 }
+# Festival's other-language voices (common.TRAIN_FESTIVAL), round 6's extra speakers.
+ACCENT_COUNTS = {"accent": {"phrase": 600, "command": 150, "confusable": 240, "para": 100}}
 SCALE = float(os.environ.get("WAKE_SCALE", "1"))
 
 
@@ -125,12 +127,14 @@ def tts_job(job):
     engine, voice, variant = pick_voice(rng, voices_of(split))
     speed, pitch = rng.random(), rng.random()
     if kind == "phrase":
-        text = texts.PHRASES[rng.integers(len(texts.PHRASES))]
+        said = texts.ACCENT_PHRASES if split == "accent" else texts.PHRASES
+        text = said[rng.integers(len(said))]
     elif kind == "command":
         cmds = texts.TEST_COMMANDS if split == "test" else texts.TRAIN_COMMANDS
         text = cmds[rng.integers(len(cmds))]
     elif kind == "confusable":
-        text = texts.CONFUSABLES[rng.integers(len(texts.CONFUSABLES))]
+        said = texts.ACCENT_CONFUSABLES if split == "accent" else texts.CONFUSABLES
+        text = said[rng.integers(len(said))]
     else:
         k = int(rng.integers(4, 10))
         start = int(rng.integers(0, max(1, len(train_sents) - k)))
@@ -148,13 +152,13 @@ def tts_job(job):
                    "speed": speed, "pitch": pitch}, f)
 
 
-def stage_tts(workers):
+def stage_tts(workers, counts=COUNTS):
     train_sents = texts.train_sentences()
     jobs = []
-    for split, kinds in COUNTS.items():
+    for split, kinds in counts.items():
         for kind, n in kinds.items():
             for i in range(max(1, int(n * SCALE))):
-                seed = (["train", "dev"].index(split) * 10 + ["phrase", "command",
+                seed = (["train", "dev", "accent"].index(split) * 10 + ["phrase", "command",
                         "confusable", "para"].index(kind)) * 1_000_003 + i
                 jobs.append((split, kind, i, seed, train_sents))
     # Interleave so a partial run has some of everything.
@@ -429,20 +433,23 @@ def shard_job(job):
     if os.path.exists(path):
         return
     # "noisy" and "babble": training voices, half of them saying the phrase, always over a
-    # background (the second and third rounds' extra clips, see room()).
+    # background (the second and third rounds' extra clips, see room()). "accent": round
+    # 6's festival voices, half of them saying the phrase, in the usual rooms (other
+    # people talking in them are the training voices).
     mix = split if split in ("noisy", "babble") else ""
     d = _data("train" if mix else split)
+    paras = _data("train")["para"] if split == "accent" else d["para"]
     rng = np.random.default_rng(1000 + k + {"train": 0, "dev": 500_000, "noisy": 2_000_000,
-                                            "babble": 3_000_000}[split])
+                                            "babble": 3_000_000, "accent": 4_000_000}[split])
     X, Y = [], []
     for i in range(SHARD):
-        if i % (2 if mix else 3) == 0:
+        if i % (2 if mix or split == "accent" else 3) == 0:
             x, end = make_positive(rng, d["phrase"], d["command"], d["para"], d["confusable"])
             y = int(round(end / common.HOP))
         else:
             x = make_negative(rng, d["para"], d["confusable"], d["phrase"])
             y = -1
-        x = room(x, rng, d["para"], mix)
+        x = room(x, rng, paras, mix)
         X.append(common.features(x).astype(np.float16))
         Y.append(y)
     save_shard(path, X, Y)
@@ -678,6 +685,10 @@ if __name__ == "__main__":
         stage_feat_mixed(workers, "noisy", int(os.environ.get("WAKE_NOISY_SHARDS", "30")))
     if stage in ("babble", "all"):
         stage_feat_mixed(workers, "babble", int(os.environ.get("WAKE_BABBLE_SHARDS", "30")))
+    # Not part of "all": round 6's extra voices (run.sh).
+    if stage == "accent":
+        stage_tts(workers, ACCENT_COUNTS)
+        stage_feat_mixed(workers, "accent", int(os.environ.get("WAKE_ACCENT_SHARDS", "20")))
     if stage in ("eval-dev", "eval", "all"):
         stage_eval(workers, "dev")
     # "eval-test": the held-out set alone, e.g. to lengthen its negatives (WAKE_NEG_HOURS).

@@ -7,9 +7,10 @@
 # held-out test set this script also writes.
 #
 # Needs (Debian packages): espeak-ng espeak flite festival festvox-kallpc16k
-# festvox-kdlpc16k festvox-us-slt-hts festlex-cmu sox, and for the dev split (round 5
+# festvox-kdlpc16k festvox-us-slt-hts festlex-cmu sox, for the dev split (round 5
 # on) festvox-suopuhe-lj festvox-suopuhe-mv festvox-italp16k festvox-itapc16k
-# festvox-czech-machac; (PyPI) numpy scipy jax
+# festvox-czech-machac, and for round 6's extra voices festvox-czech-dita
+# festvox-czech-krb festvox-czech-ph festvox-ca-ona-hts; (PyPI) numpy scipy jax
 # (jax 0.10 with its CPU jaxlib: ~100 MB, installs in a minute; PyPI's torch wheel
 # pulls gigabytes of CUDA libraries, so it is not used). Nothing else is downloaded.
 #
@@ -78,6 +79,20 @@
 #   train.py       ~18 min  (WAKE_ROUND=5 WAKE_CHANNELS=128) 4 epochs from the bundled
 #                           word, 92,588 clips, ~265 s each
 #   calibrate.py    ~4 min  round 3 and round 5's four epochs on the dev recordings
+# Rounds 6 and 7 (2026-11-28, 14:00-15:15 UTC, from nothing on a fresh machine, beside a
+# cold release and test build; not niced):
+#   gen.py all     ~33 min  (WAKE_TRAIN_SHARDS=120 WAKE_PARAS=1700 WAKE_NEG_HOURS=10) the
+#                           training, dev and test caches of round 5's run, the test set
+#                           with 10 h of negatives
+#   gen.py accent   ~8 min  1,090 utterances of festival's Czech and Catalan voices, 20
+#                           shards of 400 clips (beside gen.py all)
+#   mine.py 3      ~14 min  (with the bundled word, paragraphs 500-1700) 3,217 hard stretches
+#   train.py       ~17 min  (WAKE_ROUND=6, from the bundled word) 4 epochs over 108,584
+#                           clips, 210-354 s each
+#   mine.py 4       ~5 min  (with round 6's last epoch) 4,049 hard stretches
+#   train.py       ~11 min  (WAKE_ROUND=7) 2 epochs over 133,732 clips
+#   calibrate.py    ~8 min  round 3 (the bundled word then), round 6's and round 7's
+#                           epochs; chose round 7's first epoch with a 40-frame rule
 # In this script round 5 fine-tunes the run's own round 3 with its own mining.
 # About 5 h 15 min in all, and the stop word ~40 min more. Everything is cached under
 # $WAKE_CACHE (default ~/.cache/strawberry/wake/neural; the stop word's under $STOP_CACHE);
@@ -105,8 +120,13 @@ WAKE_PARAS=2900 nice -n 19 python3 gen.py tts
 WAKE_CHANNELS=128 nice -n 19 python3 mine.py 3 "$r3" 2300
 WAKE_ROUND=4 WAKE_CHANNELS=128 nice -n 19 python3 train.py
 WAKE_ROUND=5 WAKE_CHANNELS=128 WAKE_FROM="$r3" nice -n 19 python3 train.py
+nice -n 19 python3 gen.py accent
+WAKE_ROUND=6 WAKE_CHANNELS=128 WAKE_FROM="$r3" nice -n 19 python3 train.py
+r6=$(ls -v "$cache"/train/hey_strawberry-c128-r6-e*.wake | tail -n 1)  # round 6's last epoch
+WAKE_CHANNELS=128 nice -n 19 python3 mine.py 4 "$r6" 500
+WAKE_ROUND=7 WAKE_CHANNELS=128 WAKE_FROM="$r6" nice -n 19 python3 train.py
 nice -n 19 python3 calibrate.py "$repo/src/wake/hey_strawberry.wake" "$repo/tests/wake/neural-check" \
-  "$r3" "$cache"/train/hey_strawberry-c128-r[45]-e*.wake
+  "$r3" "$cache"/train/hey_strawberry-c128-r[4-7]-e*.wake
 # The stop word the daemon runs over a ringing timer (stop.py's header: ~40 min).
 export STOP_CACHE=${STOP_CACHE:-$HOME/.cache/strawberry/wake/stop}
 nice -n 19 python3 stop.py tts

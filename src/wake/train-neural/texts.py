@@ -35,6 +35,15 @@ TEST_COMMANDS = [
 ]
 
 # Negatives that share sounds or parts with the phrase.
+# The phrase and near-misses respelled for festival's Czech and Catalan voices (common.
+# TRAIN_FESTIVAL), whose rules would read English spelling as something else.
+ACCENT_PHRASES = ["Hei stroberi", "Hei, stroberi!", "hei stroberi.", "Hei stroberi?",
+                  "Hej stroberi", "Hei strouberi"]
+ACCENT_CONFUSABLES = ["hei", "hei tam", "stroberi", "stroberis", "hei stroberis",
+                      "hei strou", "hei stori", "hei berri", "hei rezberi", "hei bluberi",
+                      "hei strejndžr", "sej stroberi", "strou beri", "hei Siri", "hei Gugl",
+                      "stroberi džem", "hei Jarvis", "hei Sali", "hei Teri"]
+
 CONFUSABLES = [
     "hey", "hey there", "hey you", "strawberry", "strawberries", "strawberry jam",
     "a strawberry", "the strawberry", "wild strawberry", "hey Siri", "hey Google",

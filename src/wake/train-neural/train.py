@@ -204,7 +204,12 @@ def export(p, mean, std, path, meta):
 # model file (WAKE_FROM, by default the bundled word, round 3) as round 4 did, for 4
 # epochs, keeping the file's normalisation, on what a fresh cache can make in under an
 # hour (gen.py's clips, noisy and babble clips, and mine.py 3's hard negatives mined
-# with that file): the earlier rounds' mined negatives need their own models.
+# with that file): the earlier rounds' mined negatives need their own models. 6 is round
+# 5 with festival's other-language voices added (gen.py accent, twice over: they are few
+# speakers), the first round to hear an engine other than espeak and flite. 7 fine-tunes
+# round 6's last epoch (WAKE_FROM) for 2 epochs at a lower rate with the hard negatives
+# mined with it (mine.py 4): round 6 heard festival's unseen dev voices far more often,
+# but fired on more dev speech, so its thresholds sat high.
 ROUND = os.environ.get("WAKE_ROUND", "")
 ROUNDS = {"1": ("ft", f"state-c{C}.npz", ["mine"], 4, 5e-4, 25),
           "2": ("ft2", f"state-c{C}-ft.npz", ["mine", "mine2", "noisy"], 4, 7e-4, 25),
@@ -214,6 +219,8 @@ ROUNDS = {"1": ("ft", f"state-c{C}.npz", ["mine"], 4, 5e-4, 25),
           "5": ("r5", os.environ.get("WAKE_FROM", os.path.join(common.REPO, "src", "wake",
                                                              "hey_strawberry.wake")),
                 ["noisy", "babble", "mine3*4"], 4, 7e-4, 45)}
+ROUNDS["6"] = ("r6",) + ROUNDS["5"][1:2] + (ROUNDS["5"][2] + ["accent*2"],) + ROUNDS["5"][3:]
+ROUNDS["7"] = ("r7", os.environ.get("WAKE_FROM", ""), ROUNDS["6"][2] + ["mine4*4"], 2, 4e-4, 45)
 if ROUND:
     TAG, FROM, EXTRA, EPOCHS, LR, POS_HI = ROUNDS[ROUND]
     TAG = "-" + TAG
@@ -290,7 +297,7 @@ def main():
                  **{"v_" + n: np.asarray(a) for n, a in v.items()},
                  **{"b_" + n: np.asarray(a) for n, a in best_p.items()})
         os.replace(state + ".tmp.npz", state)
-        if ROUND in ("2", "3", "4", "5"):
+        if ROUND in ("2", "3", "4", "5", "6", "7"):
             export(p, mean, std, os.path.join(ck, f"{STEM}-c{C}{TAG}-e{epoch + 1}.wake"),
                    {"name": NAME, "epoch": epoch + 1})
     out = os.environ.get("WAKE_MODEL_OUT", os.path.join(ck, f"{STEM}-c{C}{TAG}.wake"))
