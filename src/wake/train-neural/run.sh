@@ -92,10 +92,12 @@
 #   mine.py 4       ~5 min  (with round 6's last epoch) 4,049 hard stretches
 #   train.py       ~11 min  (WAKE_ROUND=7) 2 epochs over 133,732 clips
 #   calibrate.py    ~8 min  round 3 (the bundled word then), round 6's and round 7's
-#                           epochs; chose round 7's first epoch with a 40-frame rule
+#                           epochs; chose round 7's first epoch with a 40-frame rule,
+#                           and with 24 frames once rules stopped at 32 (calibrate.py)
 # In this script round 5 fine-tunes the run's own round 3 with its own mining.
-# About 5 h 15 min in all, and the stop word ~40 min more. Everything is cached under
-# $WAKE_CACHE (default ~/.cache/strawberry/wake/neural; the stop word's under $STOP_CACHE);
+# About 6 h 15 min in all (rounds 6 and 7 about an hour), and the stop word ~40 min more.
+# Everything is cached under $WAKE_CACHE (default ~/.cache/strawberry/wake/neural; the
+# stop word's under $STOP_CACHE);
 # a rerun skips what exists, and training resumes from its last finished epoch. Delete
 # the cache directories to start from nothing.
 #
