@@ -5,8 +5,9 @@
 //! The files come from `src/wake/train-neural/gen.py eval` (see that directory's
 //! run.sh): held-out voices (festival's three English ones, flite's rms, espeak-ng and
 //! espeak voice and variant pairs never trained on, and the festival and flite voices
-//! pitched up and down 3 semitones) say "hey strawberry" then one of 16 held-out commands, in four
-//! rooms: quiet, reverberant (RT60 0.7 s), pink noise at 10 dB SNR, babble at 5 dB SNR.
+//! pitched up and down 3 semitones) say "hey strawberry" then one of 16 held-out
+//! commands, in four rooms: quiet, reverberant (RT60 0.7 s), pink noise at 10 dB SNR,
+//! babble at 5 dB SNR.
 //! Negatives: held-out text read by held-out voices, the same over synthetic music (a
 //! TV), and noise and music alone.
 //!

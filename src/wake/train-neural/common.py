@@ -102,7 +102,7 @@ DEV_FLITE = ["kal", "kal16", "awb", "slt"]
 DEV_FESTIVAL = ["hy_fi_mv_diphone", "suo_fi_lj_diphone", "lp_diphone", "pc_diphone",
                 "czech_machac"]
 DEV_FESTIVAL_PHRASE = "Hei stroberi"
-# Festival's other other-language voices, speaking in training from round 6 on (gen.py
+# Festival's remaining other-language voices, speaking in training from round 6 on (gen.py
 # accent): the quiet room's misses were festival's and flite's unseen voices, whose
 # synthesis (diphones, HTS) no espeak voice sounds like, and Debian main has no English
 # voices left to train on. These speak the respelled phrase, and English text with their

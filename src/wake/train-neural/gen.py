@@ -437,13 +437,14 @@ def shard_job(job):
     # 6's festival voices, half of them saying the phrase, in the usual rooms (other
     # people talking in them are the training voices).
     mix = split if split in ("noisy", "babble") else ""
+    half = mix or split == "accent"  # half the clips positive, not a third
     d = _data("train" if mix else split)
     paras = _data("train")["para"] if split == "accent" else d["para"]
     rng = np.random.default_rng(1000 + k + {"train": 0, "dev": 500_000, "noisy": 2_000_000,
                                             "babble": 3_000_000, "accent": 4_000_000}[split])
     X, Y = [], []
     for i in range(SHARD):
-        if i % (2 if mix or split == "accent" else 3) == 0:
+        if i % (2 if half else 3) == 0:
             x, end = make_positive(rng, d["phrase"], d["command"], d["para"], d["confusable"])
             y = int(round(end / common.HOP))
         else:

@@ -34,7 +34,6 @@ TEST_COMMANDS = [
     "switch on the fan", "remind me to call the dentist", "good morning",
 ]
 
-# Negatives that share sounds or parts with the phrase.
 # The phrase and near-misses respelled for festival's Czech and Catalan voices (common.
 # TRAIN_FESTIVAL), whose rules would read English spelling as something else.
 ACCENT_PHRASES = ["Hei stroberi", "Hei, stroberi!", "hei stroberi.", "Hei stroberi?",
@@ -44,6 +43,7 @@ ACCENT_CONFUSABLES = ["hei", "hei tam", "stroberi", "stroberis", "hei stroberis"
                       "hei strejndžr", "sej stroberi", "strou beri", "hei Siri", "hei Gugl",
                       "stroberi džem", "hei Jarvis", "hei Sali", "hei Teri"]
 
+# Negatives that share sounds or parts with the phrase.
 CONFUSABLES = [
     "hey", "hey there", "hey you", "strawberry", "strawberries", "strawberry jam",
     "a strawberry", "the strawberry", "wild strawberry", "hey Siri", "hey Google",

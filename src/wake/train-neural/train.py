@@ -211,16 +211,20 @@ def export(p, mean, std, path, meta):
 # mined with it (mine.py 4): round 6 heard festival's unseen dev voices far more often,
 # but fired on more dev speech, so its thresholds sat high.
 ROUND = os.environ.get("WAKE_ROUND", "")
+BUNDLED = os.path.join(common.REPO, "src", "wake", "hey_strawberry.wake")
 ROUNDS = {"1": ("ft", f"state-c{C}.npz", ["mine"], 4, 5e-4, 25),
           "2": ("ft2", f"state-c{C}-ft.npz", ["mine", "mine2", "noisy"], 4, 7e-4, 25),
           "3": ("r3", None, ["mine", "mine2", "noisy", "babble"], 10, 2e-3, 25),
           "4": ("r4", f"state-c{C}-r3.npz", ["mine", "mine2", "noisy", "babble", "mine3*4"], 2,
                 7e-4, 45),
-          "5": ("r5", os.environ.get("WAKE_FROM", os.path.join(common.REPO, "src", "wake",
-                                                             "hey_strawberry.wake")),
-                ["noisy", "babble", "mine3*4"], 4, 7e-4, 45)}
-ROUNDS["6"] = ("r6",) + ROUNDS["5"][1:2] + (ROUNDS["5"][2] + ["accent*2"],) + ROUNDS["5"][3:]
-ROUNDS["7"] = ("r7", os.environ.get("WAKE_FROM", ""), ROUNDS["6"][2] + ["mine4*4"], 2, 4e-4, 45)
+          "5": ("r5", os.environ.get("WAKE_FROM", BUNDLED), ["noisy", "babble", "mine3*4"], 4,
+                7e-4, 45),
+          "6": ("r6", os.environ.get("WAKE_FROM", BUNDLED),
+                ["noisy", "babble", "mine3*4", "accent*2"], 4, 7e-4, 45),
+          "7": ("r7", os.environ.get("WAKE_FROM"),
+                ["noisy", "babble", "mine3*4", "accent*2", "mine4*4"], 2, 4e-4, 45)}
+if ROUND == "7" and not ROUNDS["7"][1]:
+    sys.exit("WAKE_ROUND=7 fine-tunes round 6's last epoch: set WAKE_FROM to its .wake file")
 if ROUND:
     TAG, FROM, EXTRA, EPOCHS, LR, POS_HI = ROUNDS[ROUND]
     TAG = "-" + TAG
