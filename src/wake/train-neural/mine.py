@@ -72,7 +72,8 @@ def main():
         for x, _ in paras[g:g + GROUP]:
             parts += [x, np.zeros(int(SR * rng.uniform(0.1, 1.5)), np.float32)]
         x = np.concatenate(parts)
-        x = gen.room(x, rng, babble_src)
+        # Round 5 mines speech in no room (gen.room's "dry"); the earlier rounds mined in rooms.
+        x = gen.room(x, rng, babble_src, "dry" if rnd == 5 else "")
         f = common.features(x)
         xn = (f - mean) / std
         s = forward(p, xn)  # s[j] belongs to feature frame j + SHRINK

@@ -94,8 +94,15 @@
 #   calibrate.py    ~8 min  round 3 (the bundled word then), round 6's and round 7's
 #                           epochs; chose round 7's first epoch with a 40-frame rule,
 #                           and with 24 frames once rules stopped at 32 (calibrate.py)
+# Round 8 (2026-11-28, 17:10-17:55 UTC, on round 7's cache; idle machine, `nice -n 5`):
+#   gen.py dry      ~1 min  20 shards of 400 clips in no room at all, a third positive
+#   mine.py 5       ~3 min  (with round 7's chosen word, paragraphs 500-1700, in no room)
+#                           276 hard stretches: dry training speech rarely fires it
+#   train.py       ~10 min  (WAKE_ROUND=8) 2 epochs over 154,676 clips, 274 and 321 s
+#   calibrate.py    ~5 min  round 7's and round 8's epochs (~2.5 min a model); chose
+#                           round 8's first epoch with a 24-frame rule
 # In this script round 5 fine-tunes the run's own round 3 with its own mining.
-# About 6 h 15 min in all (rounds 6 and 7 about an hour), and the stop word ~40 min more.
+# About 6 h 30 min in all (rounds 6-8 about 1 h 20 min), and the stop word ~40 min more.
 # Everything is cached under $WAKE_CACHE (default ~/.cache/strawberry/wake/neural; the
 # stop word's under $STOP_CACHE);
 # a rerun skips what exists, and training resumes from its last finished epoch. Delete
@@ -127,8 +134,15 @@ WAKE_ROUND=6 WAKE_CHANNELS=128 WAKE_FROM="$r3" nice -n 19 python3 train.py
 r6=$(ls -v "$cache"/train/hey_strawberry-c128-r6-e*.wake | tail -n 1)  # round 6's last epoch
 WAKE_CHANNELS=128 nice -n 19 python3 mine.py 4 "$r6" 500
 WAKE_ROUND=7 WAKE_CHANNELS=128 WAKE_FROM="$r6" nice -n 19 python3 train.py
-nice -n 19 python3 calibrate.py "$repo/src/wake/hey_strawberry.wake" "$repo/tests/wake/neural-check" \
+# Round 8 starts from the word the dev split chooses among rounds 3-7.
+r7=$cache/train/chosen-r7.wake
+nice -n 19 python3 calibrate.py "$r7" "$cache/train/chosen-r7-check" \
   "$r3" "$cache"/train/hey_strawberry-c128-r[4-7]-e*.wake
+nice -n 19 python3 gen.py dry
+WAKE_CHANNELS=128 nice -n 19 python3 mine.py 5 "$r7" 500
+WAKE_ROUND=8 WAKE_CHANNELS=128 WAKE_FROM="$r7" nice -n 19 python3 train.py
+nice -n 19 python3 calibrate.py "$repo/src/wake/hey_strawberry.wake" "$repo/tests/wake/neural-check" \
+  "$r3" "$cache"/train/hey_strawberry-c128-r[4-8]-e*.wake
 # The stop word the daemon runs over a ringing timer (stop.py's header: ~40 min).
 export STOP_CACHE=${STOP_CACHE:-$HOME/.cache/strawberry/wake/stop}
 nice -n 19 python3 stop.py tts
