@@ -210,7 +210,7 @@ def export(p, mean, std, path, meta):
 # round 6's last epoch (WAKE_FROM) for 2 epochs at a lower rate with the hard negatives
 # mined with it (mine.py 4): round 6 heard festival's unseen dev voices far more often,
 # but fired on more dev speech, so its thresholds sat high. 8 fine-tunes round 7's chosen
-# epoch (WAKE_FROM, by default the bundled word) for 2 epochs at round 7's rate, adding
+# epoch (WAKE_FROM, calibrate.py's file of it) for 2 epochs at round 7's rate, adding
 # clips in no room at all (gen.py dry, twice over) and hard negatives mined in no room
 # with that word (mine.py 5): in a quiet room some unseen dev voices' scores fell under
 # the threshold 11-23 frames after the phrase, too soon for the 24-frame rule, where in
@@ -232,11 +232,14 @@ ROUNDS = {"1": ("ft", f"state-c{C}.npz", ["mine"], 4, 5e-4, 25),
                 ["noisy", "babble", "mine3*4", "accent*2"], 4, 7e-4, 45),
           "7": ("r7", os.environ.get("WAKE_FROM"),
                 ["noisy", "babble", "mine3*4", "accent*2", "mine4*4"], 2, 4e-4, 45),
-          "8": ("r8", os.environ.get("WAKE_FROM", BUNDLED),
+          "8": ("r8", os.environ.get("WAKE_FROM"),
                 ["noisy", "babble", "mine3*4", "accent*2", "mine4*4", "dry*2", "mine5*4"], 2,
                 4e-4, 45)}
 if ROUND == "7" and not ROUNDS["7"][1]:
     sys.exit("WAKE_ROUND=7 fine-tunes round 6's last epoch: set WAKE_FROM to its .wake file")
+if ROUND == "8" and not ROUNDS["8"][1]:
+    sys.exit("WAKE_ROUND=8 fine-tunes round 7's chosen epoch: set WAKE_FROM to the .wake file "
+             "calibrate.py wrote for it")
 if ROUND:
     TAG, FROM, EXTRA, EPOCHS, LR, POS_HI = ROUNDS[ROUND]
     TAG = "-" + TAG
