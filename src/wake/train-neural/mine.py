@@ -8,8 +8,9 @@ unseen.
 
 Usage: mine.py (after train.py); WAKE_PARAS sets how many paragraphs exist (gen.py).
 A later round: mine.py ROUND MODEL.wake [FIRST] mines with that model, in other rooms
-(the seed depends on ROUND), into CACHE/feat/mineROUND-NNN.npz, from paragraph FIRST on
-(default 500; a larger one mines only paragraphs the earlier rounds never heard).
+(the seed depends on ROUND; round 5 in no room at all), into CACHE/feat/mineROUND-NNN.npz,
+from paragraph FIRST on (default 500; a larger one mines only paragraphs the earlier rounds
+never heard).
 """
 
 import os
