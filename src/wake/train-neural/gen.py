@@ -335,7 +335,13 @@ def room(y, rng, paras, mix=""):
     phrases; "dry": no room, no background (round 8: in a quiet room the score of some
     unseen voices fell under the threshold 11-23 frames after the phrase, too soon for the
     detector's rule, where in reverberant rooms it stayed up)."""
-    r = 1.0 if mix == "dry" else rng.random()
+    if mix == "dry":
+        # As a file of synthetic speech is, or a close microphone in a quiet room: often
+        # no floor at all (digital silence between words).
+        if rng.random() < 0.5:
+            y = y + colored_noise(rng, len(y), "white") * 10 ** (rng.uniform(-90, -60) / 20)
+        return mic(y, rng)
+    r = rng.random()
     if r < 0.25:
         y = sox_reverb(y, rng)
     elif r < 0.55:
@@ -350,12 +356,6 @@ def room(y, rng, paras, mix=""):
         kind = "babble" if rng.random() < 0.8 else "tv"
         b = background(rng, len(y), paras, kind=kind)
         y = y + b * rms_active(y) / 10 ** (rng.uniform(0, 6) / 20)
-    elif mix == "dry":
-        # As a file of synthetic speech is, or a close microphone in a quiet room: often
-        # no floor at all (digital silence between words).
-        if rng.random() < 0.5:
-            y = y + colored_noise(rng, len(y), "white") * 10 ** (rng.uniform(-90, -60) / 20)
-        return mic(y, rng)
     elif rng.random() < 0.75:
         snr = rng.uniform(-2, 25)
         b = background(rng, len(y), paras)
@@ -449,8 +449,10 @@ def shard_job(job):
     # (accent), the rest the training voices.
     mix = split if split in ("noisy", "babble", "dry") else ""
     half = split in ("noisy", "babble", "accent")  # half the clips positive, not a third
-    voices = "accent" if split == "accent" or (split == "dry" and k % 4 == 3) else \
-        "train" if mix else split
+    if split == "accent" or (split == "dry" and k % 4 == 3):
+        voices = "accent"
+    else:
+        voices = "train" if mix else split
     d = _data(voices)
     paras = _data("train")["para"] if voices == "accent" else d["para"]
     rng = np.random.default_rng(1000 + k + {"train": 0, "dev": 500_000, "noisy": 2_000_000,
