@@ -110,15 +110,25 @@ DEV_FESTIVAL_PHRASE = "Hei stroberi"
 # voices (the test set's) stay held-out speakers, and the dev voices above stay unseen.
 # Festival's Russian voice reads only Cyrillic, so it is left out.
 TRAIN_FESTIVAL = ["czech_dita", "czech_krb", "czech_ph", "upc_ca_ona_hts"]
+# Round 9's made-up espeak-ng speakers (gen.py made): variant files of random pitch,
+# vocal tract (every formant scaled together, then each a little on its own), breath,
+# roughness and synthesis mode, under a private copy of espeak-ng's data. The dev and test
+# variants are real files of espeak-ng's; these are named "made" and a number.
+MADE_VARIANTS = 200
+MADE_DATA = os.path.join(CACHE, "espeak")
+
+
+def espeak_ng_data():
+    for d in ["/usr/lib/x86_64-linux-gnu/espeak-ng-data",
+              "/usr/lib/aarch64-linux-gnu/espeak-ng-data", "/usr/share/espeak-ng-data"]:
+        if os.path.isdir(os.path.join(d, "voices", "!v")):
+            return d
+    raise SystemExit("espeak-ng's data not found: apt-get install espeak-ng")
 
 
 def espeak_ng_variants():
-    for d in ["/usr/lib/x86_64-linux-gnu/espeak-ng-data/voices/!v",
-              "/usr/lib/aarch64-linux-gnu/espeak-ng-data/voices/!v",
-              "/usr/share/espeak-ng-data/voices/!v"]:
-        if os.path.isdir(d):
-            return sorted(v for v in os.listdir(d) if re.fullmatch(r"[A-Za-z0-9]+", v))
-    raise SystemExit("espeak-ng variants not found: apt-get install espeak-ng")
+    d = os.path.join(espeak_ng_data(), "voices", "!v")
+    return sorted(v for v in os.listdir(d) if re.fullmatch(r"[A-Za-z0-9]+", v))
 
 
 def espeak_old_variants():
@@ -130,6 +140,8 @@ def espeak_old_variants():
 
 
 def split_of(engine, voice, variant):
+    if is_made(variant):
+        return "made"
     if engine == "festival":
         return "accent" if voice in TRAIN_FESTIVAL else "test"
     if engine == "flite":
@@ -157,4 +169,13 @@ def all_voices():
         out.append(("flite", v, ""))
     for v in ["kal_diphone", "ked_diphone", "cmu_us_slt_arctic_hts"] + TRAIN_FESTIVAL:
         out.append(("festival", v, ""))
+    made = os.path.join(MADE_DATA, "espeak-ng-data", "voices", "!v")
+    if os.path.isdir(made):
+        for v in sorted(f for f in os.listdir(made) if is_made(f)):
+            out += [("espeak-ng", lang, v) for lang in ESPEAK_NG_EN + ESPEAK_NG_OTHER
+                    if lang not in TEST_LANGS]
     return out
+
+
+def is_made(variant):
+    return re.fullmatch(r"made[0-9]{3}", variant) is not None

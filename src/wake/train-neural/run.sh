@@ -101,6 +101,16 @@
 #   train.py       ~10 min  (WAKE_ROUND=8) 2 epochs over 154,676 clips, 274 and 321 s
 #   calibrate.py    ~5 min  round 7's and round 8's epochs (~2.5 min a model); chose
 #                           round 8's first epoch with a 24-frame rule
+# Round 9, a candidate not bundled (2026-11-28, 19:30-19:53 UTC, on round 8's cache; idle
+# machine, not niced; not run by this script, BENCHMARKS.md "Round 9" has the commands):
+#   gen.py made     ~3 min  200 made-up espeak-ng speakers (random variant files under a
+#                           private copy of espeak-ng's data), 2,130 utterances, 30 shards
+#                           of 400 clips, half positive
+#   WAKE_DEV_NEG_HOURS=10 gen.py eval-dev
+#                   ~6 min  8 more hours of dev negatives, at nice 19 beside training
+#   train.py       ~11 min  (WAKE_ROUND=9) 2 epochs over 178,676 clips, 321 and 344 s
+#   calibrate.py    ~5 min  round 8's and round 9's epochs on the 10-hour dev set
+#                           (~1.6 min a model); chose round 9's first epoch, 24 frames
 # In this script round 5 fine-tunes the run's own round 3 with its own mining.
 # About 6 h 30 min in all (rounds 6-8 about 1 h 20 min), and the stop word ~40 min more.
 # Everything is cached under $WAKE_CACHE (default ~/.cache/strawberry/wake/neural; the
