@@ -700,10 +700,10 @@ impl Detector {
     /// word's score dipped under the threshold for a frame or two in about one phrase in
     /// eight (`tests/voice_echo.rs`: 8 misses in 60 trials, every dip logged 1-2 frames
     /// long), which ended the run of frames the word needs, so the reply went on. While
-    /// this is set, a run goes on through a dip that short ([`neural::ECHO_GAP`]); the
-    /// spoke's own "hey strawberry" in a reply comes out of the suppressor scoring under
-    /// 0.3, far from any threshold. Why not always: over the dev split's two hours of
-    /// ordinary speech, music and noise the same rule fires 5 times at `medium`, where
+    /// this is set, a run goes on through short dips ([`neural::ECHO_GAP`]); the spoke's
+    /// own "hey strawberry" in a reply comes out of the suppressor scoring under 0.3, far
+    /// from any threshold. Why not always: over the dev split's two hours of ordinary
+    /// speech, music and noise the bundled word with it fires 3 times at `medium`, where
     /// consecutive frames fire none, and the spoke talks a small share of the day.
     pub fn set_over_echo(&mut self, over_echo: bool) {
         for r in &mut self.runners {

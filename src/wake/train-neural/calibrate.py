@@ -256,13 +256,13 @@ def fmt(recall):
 
 def gaps(path):
     """A calibrated word at its own points and rule, with runs going on through dips of
-    0-3 frames: dev false wakes per hour and dev detection per room."""
+    0-6 frames: dev false wakes per hour and dev detection per room."""
     h, a = read_model(path)
     _, (pos, negs, _) = scores_cached(path, h, a)
     hours = sum(len(s) for s in negs) * HOP / SR / 3600
     k = h["min_frames"]
     for name, th in h["operating_points"].items():
-        for gap in range(4):
+        for gap in range(7):  # up to the daemon's ECHO_GAP (src/wake/neural.rs)
             fa = sum(len(events(s, th, k, gap)) for s in negs)
             hits = {}
             for c, _, s, e in pos:

@@ -154,7 +154,8 @@ def split_of(engine, voice, variant):
 
 
 def all_voices():
-    """(engine, voice, variant) for every voice this machine's packages offer."""
+    """(engine, voice, variant) for every voice this machine's packages offer, and round
+    9's made-up espeak-ng variants once gen.py made has written them."""
     out = []
     ng = espeak_ng_variants()
     for lang in ESPEAK_NG_EN + ESPEAK_NG_OTHER:

@@ -8,6 +8,7 @@ Each output is written atomically and skipped when present, so a rerun resumes."
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -202,7 +203,6 @@ def made_variant(rng):
 def stage_voices():
     """A private copy of espeak-ng's data with the made-up variants added
     (common.MADE_DATA), seeded by number so a rerun writes the same voices."""
-    import shutil
     dst = os.path.join(common.MADE_DATA, "espeak-ng-data")
     if not os.path.isdir(dst):
         tmp = dst + ".tmp"
