@@ -40,7 +40,7 @@ use rustpotter::{WakewordLoad, WakewordModel, WakewordRef, WakewordSave};
 use serde::{Deserialize, Serialize};
 
 use engine::Engine;
-pub use neural::Trace;
+pub use neural::{ECHO_GAP, Trace};
 
 use crate::stt::audio::AudioError;
 

@@ -51,7 +51,7 @@ const MAX_MIN_FRAMES: usize = 50;
 /// round 8's 24-frame rule `tests/voice_echo.rs` missed 2-3 phrases in 10 said over a
 /// reply, and the kitchen benchmark 2 in 30 with 4 and none with 6 (BENCHMARKS.md, "Round
 /// 8's rule over the reply").
-pub(super) const ECHO_GAP: usize = 6;
+pub const ECHO_GAP: usize = 6;
 /// Frames under the threshold before the word can fire again (one utterance, one
 /// detection).
 const REARM_FRAMES: usize = 50;
