@@ -339,7 +339,7 @@ fn unseen_english() -> Vec<Clip> {
                     .status()
                     .is_ok_and(|s| s.success())
                     && Command::new("sox")
-                        .arg("-q")
+                        .args(["-R", "-q"])
                         .arg(&raw)
                         .args(["-r", "16000", "-c", "1", "-b", "16"])
                         .arg(name.with_extension("wav"))

@@ -7,9 +7,11 @@
 
 mod support {
     pub mod alsa;
+    #[allow(dead_code, reason = "this binary polls without tokio")]
+    pub mod poll;
 }
 
-use support::alsa;
+use support::{alsa, poll};
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -40,6 +42,14 @@ fn settings(input: &str) -> CaptureSettings {
         channels: None,
         format: None,
     }
+}
+
+/// Drops `capture`, which must return within `limit`: stopping waits for no device.
+fn stops_within(capture: Capture, limit: Duration) {
+    let started = Instant::now();
+    drop(capture);
+    let waited = started.elapsed();
+    assert!(waited < limit, "stopping the capture took {waited:?}");
 }
 
 /// Frames until `until` returns true or `limit` passes; checks positions are contiguous.
@@ -272,12 +282,69 @@ fn missing_input_names_the_inputs_that_exist_and_keeps_retrying() {
     );
     assert_eq!(*next_in, Duration::from_millis(200), "backoff is capped");
     assert!(capture.frames().try_recv().is_err());
-    let started = Instant::now();
-    drop(capture);
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "stopping waits for nothing"
+    stops_within(capture, Duration::from_secs(1));
+}
+
+#[test]
+fn an_input_no_clock_paces_is_named_and_backed_off_from() {
+    let _alsa = alsa::lock();
+    // ALSA's `null` device returns silence as fast as it is read (3 s of it in 9 ms
+    // here), as a `file` device does once its source has ended: read at the device's
+    // pace, it would spin a core and bury the listener in silence.
+    let input = CaptureSettings {
+        rate: Some(SAMPLE_RATE),
+        channels: Some(1),
+        format: Some(cpal::SampleFormat::I16),
+        ..settings("null")
+    };
+    let capture = Capture::start(input).unwrap();
+    // Each time it opens fine and runs ahead of the clock, and each time the wait before
+    // the next try doubles, as for a device that does not open at all.
+    let (error, next_in) = poll::wait_for(
+        "the capture to give up on the unpaced input three times in a row",
+        Duration::from_secs(10),
+        || match capture.status() {
+            CaptureStatus::Retrying {
+                error,
+                attempts: 3..,
+                next_in,
+            } => Some((error, next_in)),
+            _ => None,
+        },
     );
+    assert!(error.contains("\"null\""), "names the input: {error}");
+    assert!(error.contains("audio.input"), "says what to set: {error}");
+    assert_eq!(next_in, Duration::from_millis(200), "backoff is capped");
+    stops_within(capture, Duration::from_secs(1));
+}
+
+#[test]
+fn a_microphone_whose_source_ends_is_let_go_and_stopping_waits_for_nothing() {
+    let _alsa = alsa::lock();
+    // A FIFO-fed `file` device: once its last writer closes it, the device reads silence
+    // as fast as it is read (the daemon spun two cores on it), and opening it again
+    // waits for a writer that never comes.
+    let mic = alsa::MIC_THAT_ENDS;
+    let feeder = Feeder::start(mic, vec![Segment::Audio(sine(440.0, mic.rate, 0.5, 0.5))]);
+    let capture = Capture::start(settings_for(mic)).unwrap();
+    poll::wait_until("frames from the microphone", Duration::from_secs(5), || {
+        capture.frames().try_recv().is_ok()
+    });
+    drop(feeder);
+    let error = poll::wait_for(
+        "the capture to give up on the ended source",
+        Duration::from_secs(10),
+        || match capture.status() {
+            CaptureStatus::Retrying { error, .. } => Some(error),
+            _ => None,
+        },
+    );
+    assert!(error.contains(mic.name), "names the input: {error}");
+    assert!(error.contains("audio.input"), "says what to set: {error}");
+    // Reopening is now blocked inside ALSA, waiting for a writer: stopping still returns.
+    stops_within(capture, Duration::from_secs(4));
+    // A writer lets the abandoned open finish, and the thread, told to stop, ends.
+    drop(Feeder::start(mic, vec![]));
 }
 
 #[test]
@@ -342,14 +409,16 @@ fn a_stream_that_stops_delivering_is_reopened() {
 fn devices_command_lists_inputs_with_formats() {
     let _alsa = alsa::lock();
     // Listing opens each device, and opening a FIFO-fed one needs a writer.
-    let f1 = Feeder::start(MIC_44K_STEREO, vec![]);
-    let f2 = Feeder::start(MIC_16K_MONO, vec![]);
+    let feeders: Vec<Feeder> = alsa::MICS
+        .iter()
+        .map(|&mic| Feeder::start(mic, vec![]))
+        .collect();
     let out = Command::new(env!("CARGO_BIN_EXE_strawberry-spoke"))
         .args(["audio", "devices"])
         .env("HOME", std::env::var_os("HOME").unwrap())
         .output()
         .expect("run strawberry-spoke");
-    drop((f1, f2));
+    drop(feeders);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

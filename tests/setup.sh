@@ -12,6 +12,12 @@
 # Needs: python3-pip, espeak-ng, sox (Debian packages).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# sox with its random generators seeded (-R: the dither of every conversion to 16 bits,
+# the noise it synthesises): the same recordings on every machine. Unseeded, a fresh
+# machine drew recordings on which Whisper's beam search misread one more word than on
+# eight other draws (BENCHMARKS.md, "Test recordings the same everywhere").
+sox() { command sox -R "$@"; }
+repeatable="sox -R"
 cache=target/stt-test
 mkdir -p "$cache"
 
@@ -27,7 +33,7 @@ fi
 # Commands in German, French and Spanish (tests/stt/sentences-LANG.txt), two espeak-ng
 # voices each, for the multilingual model's tests: target/stt-test/lang/LANG/*.wav.
 lang_voices="de:de de:de+f3 fr:fr-fr fr:fr-fr+m3 es:es es:es-419+f2"
-lang_stamp="$(cat tests/stt/sentences-*.txt; echo "$lang_voices"; espeak-ng --version)"
+lang_stamp="$(cat tests/stt/sentences-*.txt; echo "$lang_voices"; espeak-ng --version; echo "$repeatable")"
 if [ "$(cat "$cache/lang/.stamp" 2>/dev/null)" != "$lang_stamp" ]; then
   rm -rf "$cache/lang" "$cache/lang.partial"
   for pair in $lang_voices; do
@@ -57,7 +63,7 @@ fi
 # The recordings: one WAV + its text per (voice, sentence). Regenerated when the
 # sentences or voices change.
 voices="en-us en-gb en-us+f3 en-gb-x-rp+m3"
-stamp="$(cat tests/stt/sentences.txt; echo "$voices"; espeak-ng --version)"
+stamp="$(cat tests/stt/sentences.txt; echo "$voices"; espeak-ng --version; echo "$repeatable")"
 if [ "$(cat "$cache/wav/.stamp" 2>/dev/null)" != "$stamp" ]; then
   rm -rf "$cache/wav" "$cache/wav.partial"
   mkdir -p "$cache/wav.partial"
@@ -90,7 +96,7 @@ fi
 # over five minutes of other speech and noise that must never wake the spoke. The same
 # voices say "stop" for the stop word, and a timer's line for what it must not stop on.
 wake_voices="en-gb-scotland:150 en-us-nyc+f3:160 en-gb-x-gbclan+m4:150 en-us+m7:145 en-gb+f3:170 en-gb-x-rp+m1:140 en-us+Annie:165 en-us+Andy:155"
-wake_stamp="$(cat tests/wake/other_speech.txt; echo "$wake_voices"; echo kitchen-v2 stop-v1; espeak-ng --version; sox --version)"
+wake_stamp="$(cat tests/wake/other_speech.txt; echo "$wake_voices"; echo kitchen-v2 stop-v1; espeak-ng --version; sox --version; echo "$repeatable")"
 if [ "$(cat "$cache/wake/.stamp" 2>/dev/null)" != "$wake_stamp" ]; then
   w="$cache/wake.partial"
   rm -rf "$cache/wake" "$w"

@@ -43,8 +43,10 @@ pub const ROOMS: [&str; 6] = [
     "music",
 ];
 
+/// sox with its random generators seeded (`-R`): the same rooms and noise every run.
 fn sox(args: &[&str]) {
     let ok = Command::new("sox")
+        .arg("-R")
         .args(args)
         .status()
         .is_ok_and(|s| s.success());

@@ -7,10 +7,12 @@
 //! it never waits on a lock or a full channel. Converting in the callback rather than on
 //! another thread means a burst from the device (catching up after a hiccup) is paced by
 //! the conversion itself instead of overflowing an intermediate queue. The owner thread
-//! handles the device's life: a device that is missing, fails to open, errors mid-stream
-//! or stops delivering is logged once per attempt with the inputs that do exist, and
-//! reopened after a backoff that doubles up to a cap. Nothing here panics on what the
-//! device does; the consumer just sees no frames for a while.
+//! handles the device's life: a device that is missing, fails to open, errors mid-stream,
+//! stops delivering or delivers far faster than real time (an ALSA `null` device, or a
+//! `file` device whose source has ended: no clock paces them, and reading them spins the
+//! cores) is logged once per attempt with the inputs that do exist, and reopened after a
+//! backoff that doubles up to a cap. Nothing here panics on what the device does; the
+//! consumer just sees no frames for a while.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -25,6 +27,22 @@ use super::{FRAME_SAMPLES, Frame, SAMPLE_RATE};
 
 /// Frames queued for the consumer (5 s): beyond this frames are dropped, not hoarded.
 const FRAME_QUEUE: usize = 250;
+
+/// How long dropping a [`Capture`] waits for its thread. It ends within a tick when its
+/// device answers; one that does not (a driver wedged in open, an ALSA `file` device
+/// whose FIFO has no writer) is left to end with the process, so that it never holds up
+/// the daemon's shutdown.
+const CLOSE_LIMIT: Duration = Duration::from_secs(2);
+
+/// How far a stream may run ahead of the clock before it is taken as not keeping time.
+/// A microphone delivers its buffer at once when it opens or catches up after a hiccup
+/// (well under a second for ALSA's buffers), so it never gets near this.
+const AHEAD_LIMIT: Duration = Duration::from_secs(5);
+
+/// The lead over the clock shrinks while a stream delivers slower than this many times
+/// real time: so a sound card's clock drifting from the system's (a fraction of a
+/// percent) never adds up to [`AHEAD_LIMIT`] however long it runs.
+const AHEAD_DRAIN: f64 = 1.5;
 
 /// What the capture needs: which input and how to retry.
 #[derive(Debug, Clone, PartialEq)]
@@ -122,6 +140,17 @@ pub enum CaptureError {
     /// The stream stopped delivering audio.
     #[error("audio input {device:?} delivered nothing for {after:?}")]
     Stalled { device: String, after: Duration },
+    /// The stream delivers audio far faster than real time: no clock paces it.
+    #[error(
+        "audio input {device:?} delivered {:.1} s of sound in {:.1} s: it is not a microphone keeping time (an ALSA null device, or a file device whose source has ended); set audio.input to a microphone (`strawberry-spoke audio devices` lists them)",
+        audio.as_secs_f64(),
+        wall.as_secs_f64()
+    )]
+    Unpaced {
+        device: String,
+        audio: Duration,
+        wall: Duration,
+    },
 }
 
 fn list(names: &[String]) -> String {
@@ -165,6 +194,8 @@ pub struct Capture {
     status: Arc<Mutex<CaptureStatus>>,
     stop: Option<SyncSender<()>>,
     thread: Option<JoinHandle<()>>,
+    /// Disconnected when the thread ends (nothing is ever sent).
+    exited: Receiver<()>,
 }
 
 impl Capture {
@@ -174,6 +205,7 @@ impl Capture {
         let (frame_tx, frames) = mpsc::sync_channel(FRAME_QUEUE);
         let (stop_tx, stop_rx) = mpsc::sync_channel(1);
         let status = Arc::new(Mutex::new(CaptureStatus::Starting));
+        let (exiting, exited) = mpsc::sync_channel(0);
         let owner = Owner {
             settings,
             frames: frame_tx,
@@ -182,6 +214,7 @@ impl Capture {
             shared: Arc::default(),
             opened: 0,
             heard_at: None,
+            _exiting: exiting,
         };
         let thread = std::thread::Builder::new()
             .name("audio-capture".into())
@@ -191,6 +224,7 @@ impl Capture {
             status,
             stop: Some(stop_tx),
             thread: Some(thread),
+            exited,
         })
     }
 
@@ -207,11 +241,19 @@ impl Capture {
 
 impl Drop for Capture {
     fn drop(&mut self) {
-        // Dropping the sender wakes the owner wherever it waits.
+        // Dropping the sender wakes the owner wherever it waits, but for inside the
+        // device's own calls.
         self.stop.take();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        if let Err(RecvTimeoutError::Timeout) = self.exited.recv_timeout(CLOSE_LIMIT) {
+            tracing::warn!(
+                "the microphone thread did not stop within {CLOSE_LIMIT:?}: its device is not answering; it is left to end with the process"
+            );
+            return;
         }
+        let _ = thread.join();
     }
 }
 
@@ -228,6 +270,10 @@ struct Shared {
     position: AtomicU64,
     /// Frames made from the device's audio, to notice a stream that stopped.
     frames: AtomicU64,
+    /// Frames the consumer had no room for, since the capture started: counted across
+    /// reopens so that the warning about them stays rare (at powers of two) however often
+    /// a device that floods it is reopened.
+    dropped: AtomicU64,
     /// The consumer dropped its receiver.
     consumer_gone: AtomicBool,
 }
@@ -239,7 +285,6 @@ struct Converter {
     pending: Vec<f32>,
     frames: SyncSender<Frame>,
     shared: Arc<Shared>,
-    dropped: u64,
 }
 
 impl Converter {
@@ -263,12 +308,9 @@ impl Converter {
             match self.frames.try_send(frame) {
                 Ok(()) => {}
                 Err(TrySendError::Full(_)) => {
-                    self.dropped += 1;
-                    if self.dropped.is_power_of_two() {
-                        tracing::warn!(
-                            dropped = self.dropped,
-                            "audio consumer falling behind: frames dropped"
-                        );
+                    let dropped = self.shared.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                    if dropped.is_power_of_two() {
+                        tracing::warn!(dropped, "audio consumer falling behind: frames dropped");
                     }
                 }
                 Err(TrySendError::Disconnected(_)) => {
@@ -297,6 +339,8 @@ struct Owner {
     /// When a stream last delivered frames (to within the watch's tick): a device opened
     /// after that moves the positions on by the time in between.
     heard_at: Option<Instant>,
+    /// Dropped with the owner, when the thread ends: [`Capture`]'s drop waits for that.
+    _exiting: SyncSender<()>,
 }
 
 impl Owner {
@@ -304,13 +348,16 @@ impl Owner {
         let mut attempts = 0u32;
         loop {
             let error = match self.open() {
-                Ok(open) => {
-                    attempts = 0;
-                    match self.pump(open) {
-                        Ended::Stopped => return,
-                        Ended::Failed(error) => error,
+                Ok(open) => match self.pump(open) {
+                    Ended::Stopped => return,
+                    // A stream that opens but runs ahead of the clock is no better than
+                    // one that does not open: the waits go on growing.
+                    Ended::Failed(error @ CaptureError::Unpaced { .. }) => error,
+                    Ended::Failed(error) => {
+                        attempts = 0;
+                        error
                     }
-                }
+                },
                 Err(error) => error,
             };
             attempts = attempts.saturating_add(1);
@@ -369,7 +416,6 @@ impl Owner {
             pending: Vec::with_capacity(FRAME_SAMPLES * 8),
             frames: self.frames.clone(),
             shared: self.shared.clone(),
-            dropped: 0,
         };
         let (errors, error_rx) = mpsc::sync_channel(8);
         let xruns = Arc::new(AtomicU64::new(0));
@@ -445,11 +491,16 @@ impl Owner {
             })
     }
 
-    /// Watches a running stream until it fails, stalls, or the capture is stopped.
+    /// Watches a running stream until it fails, stalls, runs far ahead of the clock, or
+    /// the capture is stopped.
     fn pump(&mut self, open: OpenStream) -> Ended {
         let tick = Duration::from_millis(100);
-        let mut seen = self.shared.frames.load(Ordering::Relaxed);
-        let mut last_audio = Instant::now();
+        let first = self.shared.frames.load(Ordering::Relaxed);
+        let mut seen = first;
+        let opened_at = Instant::now();
+        let mut last_audio = opened_at;
+        let mut pace = Pace::default();
+        let mut watched_at = opened_at;
         let mut overruns = XrunReport::default();
         let report = |overruns: &mut XrunReport, force: bool| {
             let count = open.xruns.load(Ordering::Relaxed);
@@ -477,9 +528,18 @@ impl Owner {
                 });
             }
             let now = self.shared.frames.load(Ordering::Relaxed);
+            let watched = Instant::now();
+            if !pace.keeps_time(frames_to_time(now - seen), watched - watched_at) {
+                break Ended::Failed(CaptureError::Unpaced {
+                    device: open.device.clone(),
+                    audio: frames_to_time(now - first),
+                    wall: watched - opened_at,
+                });
+            }
+            watched_at = watched;
             if now != seen {
                 seen = now;
-                last_audio = Instant::now();
+                last_audio = watched;
                 self.heard_at = Some(last_audio);
             } else if last_audio.elapsed() >= self.settings.stall_timeout {
                 break Ended::Failed(CaptureError::Stalled {
@@ -490,6 +550,28 @@ impl Owner {
         };
         report(&mut overruns, true);
         ended
+    }
+}
+
+/// The audio in `frames` frames.
+fn frames_to_time(frames: u64) -> Duration {
+    Duration::from_secs_f64(frames as f64 * FRAME_SAMPLES as f64 / f64::from(SAMPLE_RATE))
+}
+
+/// How far a stream has run ahead of the clock: the audio it delivered, less
+/// [`AHEAD_DRAIN`] times the time that passed, never below nothing.
+#[derive(Debug, Default)]
+struct Pace {
+    ahead: f64,
+}
+
+impl Pace {
+    /// Counts `audio` delivered over `elapsed`; false once the lead passes
+    /// [`AHEAD_LIMIT`].
+    fn keeps_time(&mut self, audio: Duration, elapsed: Duration) -> bool {
+        self.ahead =
+            (self.ahead + audio.as_secs_f64() - AHEAD_DRAIN * elapsed.as_secs_f64()).max(0.0);
+        self.ahead <= AHEAD_LIMIT.as_secs_f64()
     }
 }
 
@@ -675,6 +757,26 @@ mod tests {
         // A closing stream says what it has not said yet.
         let closing = start + XRUN_REPORT_EVERY + Duration::from_secs(1);
         assert_eq!(report.due(9, closing, true), Some(2));
+    }
+
+    #[test]
+    fn a_stream_far_ahead_of_the_clock_does_not_keep_time() {
+        let ms = Duration::from_millis;
+        let mut pace = Pace::default();
+        // A microphone's buffer at once when it opens, then real time for a day with
+        // its clock 0.5% fast.
+        assert!(pace.keeps_time(ms(2000), ms(100)));
+        for _ in 0..864_000 {
+            assert!(pace.keeps_time(ms(100) + ms(100) / 200, ms(100)));
+        }
+        // A device no clock paces: seconds of sound per tick.
+        let mut flood = Pace::default();
+        assert!(flood.keeps_time(ms(3000), ms(100)));
+        assert!(!flood.keeps_time(ms(3000), ms(100)));
+        // Twice real time is not a microphone either; it takes about ten seconds to tell.
+        let mut fast = Pace::default();
+        let ticks = (1..).find(|_| !fast.keeps_time(ms(200), ms(100))).unwrap();
+        assert!((100..=101).contains(&ticks), "{ticks}");
     }
 
     #[test]

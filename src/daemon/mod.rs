@@ -283,8 +283,8 @@ impl Service for Running {
 
     /// Stops the voice loop, then the skills and the link, each waiting for its own
     /// parts (every wait is bounded where it is: the link's goodbye at
-    /// 1.5 s, `GOODBYE_LIMIT` in `mqtt/link.rs`; the audio thread at one read of the
-    /// microphone).
+    /// 1.5 s, `GOODBYE_LIMIT` in `mqtt/link.rs`; the microphone's thread at 2 s,
+    /// `CLOSE_LIMIT` in `audio/capture.rs`, even when its device does not answer).
     async fn shutdown(self) {
         self.voice.shutdown().await;
         if let Some(watchdog) = self.watchdog {

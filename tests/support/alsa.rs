@@ -53,7 +53,17 @@ pub const MIC_16K_MONO: Mic = Mic {
     channels: 1,
 };
 
-const MICS: [Mic; 2] = [MIC_44K_STEREO, MIC_16K_MONO];
+/// 16 kHz mono, for the test whose source ends: a capture thread may stay blocked
+/// opening its FIFO after the test, which no other test's FIFO should have to share.
+pub const MIC_THAT_ENDS: Mic = Mic {
+    name: "spoke_test_ends",
+    description: "strawberry test mic whose source ends",
+    rate: 16_000,
+    channels: 1,
+};
+
+/// Every fake input, declared up front.
+pub const MICS: [Mic; 3] = [MIC_44K_STEREO, MIC_16K_MONO, MIC_THAT_ENDS];
 
 struct Setup {
     dir: PathBuf,

@@ -22,6 +22,10 @@ import common
 from common import SR, CACHE
 import texts
 
+# sox with its random generators (dither) seeded: the same job writes the same clip on
+# every run.
+SOX = ["sox", "-R", "-q"]
+
 
 def atomic_save_npy(path, arr):
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -333,7 +337,7 @@ def sox_warp(x, rng):
         eff, dur = ["pitch", f"{rng.uniform(-350, 350):.0f}"], 1.0
     raw = (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
     fmt = ["-t", "raw", "-r", str(SR), "-e", "signed", "-b", "16", "-c", "1"]
-    p = subprocess.run(["sox", "-q", *fmt, "-", *fmt, "-", *eff, "rate", str(SR)],
+    p = subprocess.run([*SOX, *fmt, "-", *fmt, "-", *eff, "rate", str(SR)],
                        input=raw, capture_output=True, check=True, timeout=60)
     return np.frombuffer(p.stdout, "<i2").astype(np.float32) / 32768.0, dur
 
@@ -344,7 +348,7 @@ def sox_reverb(x, rng):
     fmt = ["-t", "raw", "-r", str(SR), "-e", "signed", "-b", "16", "-c", "1"]
     args = [f"{rng.uniform(20, 95):.0f}", f"{rng.uniform(20, 80):.0f}",
             f"{rng.uniform(20, 100):.0f}", "100", f"{rng.uniform(0, 30):.0f}", "0"]
-    p = subprocess.run(["sox", "-q", *fmt, "-", *fmt, "-", "gain", "-6", "reverb", *args],
+    p = subprocess.run([*SOX, *fmt, "-", *fmt, "-", "gain", "-6", "reverb", *args],
                        input=raw, capture_output=True, check=True, timeout=60)
     y = np.frombuffer(p.stdout, "<i2").astype(np.float32) / 32768.0
     return y[: len(x)] if len(y) >= len(x) else np.pad(y, (0, len(x) - len(y)))
@@ -586,7 +590,7 @@ def eval_job(job):
         if pitch_cents:
             raw = (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
             fmt = ["-t", "raw", "-r", str(SR), "-e", "signed", "-b", "16", "-c", "1"]
-            p = subprocess.run(["sox", "-q", *fmt, "-", *fmt, "-", "pitch", str(pitch_cents)],
+            p = subprocess.run([*SOX, *fmt, "-", *fmt, "-", "pitch", str(pitch_cents)],
                                input=raw, capture_output=True, check=True)
             x = np.frombuffer(p.stdout, "<i2").astype(np.float32) / 32768.0
         x = x / (np.abs(x).max() + 1e-9) * 0.5
