@@ -8,11 +8,16 @@
 //!   every call is answered with its own argument or fails with an error, within the
 //!   call timeout; none is answered late, twice or with another call's answer; RSS
 //!   after the last thousand within 5% of RSS after the first thousand.
+//! - `timers`: 1,000 timers set 20 ms apart while the scheduler runs, each due 2 s
+//!   after it is set: every one comes in order, never early, on time, and leaves the
+//!   schedule; the latest comes under a second after its time (the one timing here: a
+//!   unit test cannot bound it on a machine whose disk is busy).
 //!
-//! `cargo bench --bench soak` runs both, `cargo bench --bench soak -- turns` (or
-//! `calls`) one. Figures, not timings: it prints the counts and RSS and exits non-zero
-//! when a bound is broken. Under `cargo test --all-targets` (no `--bench` argument) a
-//! short smoke run checks the answers but not RSS, which needs the long run.
+//! `cargo bench --bench soak` runs all three, `cargo bench --bench soak -- turns` (or
+//! `calls`, `timers`) one. It prints the counts, RSS and the timers' lateness and exits
+//! non-zero when a bound is broken. Under `cargo test --all-targets` (no `--bench`
+//! argument) a short smoke run checks the answers but not RSS or lateness, which need
+//! the long run.
 
 #[path = "../tests/support/mod.rs"]
 #[allow(dead_code, reason = "a benchmark uses a few of the test helpers")]
@@ -54,6 +59,15 @@ const CALL_TIMEOUT_MS: u64 = 2_000;
 const CALL_TIMEOUT_SLACK: Duration = Duration::from_millis(500);
 /// How long the caller may take to reconnect after a restart before the run fails.
 const RECONNECT_LIMIT: Duration = Duration::from_secs(30);
+
+const TIMERS: usize = 1_000;
+const SMOKE_TIMERS: usize = 50;
+/// One timer is set every this often, each due this long after it is set, so about a
+/// hundred wait at any moment and the file changes while the scheduler sleeps.
+const TIMER_EVERY: Duration = Duration::from_millis(20);
+const TIMER_LEAD: Duration = Duration::from_secs(2);
+/// The latest a timer may come (docs/voice-loop.md: "within a second of its time").
+const TIMER_LATE_LIMIT_MS: i64 = 1_000;
 
 const SKILL: &str = r#"//! Arithmetic and echoes for the soak.
 //!
@@ -361,6 +375,101 @@ fn calls(bench: bool) -> bool {
     tally.wrong == 0 && tally.late == 0 && tally.ok > 0 && rss_ok
 }
 
+/// Timers set one after another while the scheduler runs, as a busy household would:
+/// each must come due in order, never early, on time, and leave the schedule; the bench
+/// run also bounds how late.
+fn timers(bench: bool) -> bool {
+    use strawberry_spoke::host::schedule::{
+        Due, Entry, Lateness, ScheduleFile, ScheduleLimits, Scheduler,
+    };
+    use tokio::sync::{Notify, mpsc};
+
+    let count = if bench { TIMERS } else { SMOKE_TIMERS };
+    let data = tempfile::tempdir().unwrap();
+    let limits = ScheduleLimits {
+        max_entries_per_skill: count,
+        ..ScheduleLimits::default()
+    };
+    let file = ScheduleFile::new(data.path(), limits);
+    let changed = Arc::new(Notify::new());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (tx, mut rx) = mpsc::channel::<Due>(64);
+    let stop = CancellationToken::new();
+    let scheduler = Scheduler::new(file.clone(), Duration::from_secs(3600), changed.clone());
+    let task = rt.spawn(scheduler.run(tx, stop.clone()));
+    let started = Instant::now();
+    let setter = {
+        let file = file.clone();
+        let changed = changed.clone();
+        std::thread::spawn(move || {
+            for i in 0..count {
+                let due = jiff::Timestamp::now() + TIMER_LEAD;
+                file.put(Entry {
+                    skill: "Soak".into(),
+                    id: format!("t{i:04}"),
+                    due_ms: due.as_millisecond(),
+                    text: format!("timer {i} is done"),
+                    missed: String::new(),
+                    data: serde_json::Value::Null,
+                })
+                .unwrap();
+                changed.notify_one();
+                std::thread::sleep(TIMER_EVERY);
+            }
+        })
+    };
+    let mut late = Vec::with_capacity(count);
+    let (mut wrong_order, mut early, mut not_on_time) = (0, 0, 0);
+    rt.block_on(async {
+        for i in 0..count {
+            let Ok(Some(due)) = tokio::time::timeout(TIMER_LEAD * 10, rx.recv()).await else {
+                println!("soak timers: timer {i} never came");
+                break;
+            };
+            let at = jiff::Timestamp::now().as_millisecond();
+            wrong_order += usize::from(due.entry.id != format!("t{i:04}"));
+            early += usize::from(at < due.entry.due_ms);
+            not_on_time += usize::from(due.lateness != Lateness::OnTime);
+            late.push(at - due.entry.due_ms);
+        }
+    });
+    setter.join().unwrap();
+    let left = file.list("Soak").unwrap().len();
+    stop.cancel();
+    rt.block_on(task).unwrap();
+
+    late.sort_unstable();
+    let at = |q: f64| {
+        late.get(((late.len().max(1) - 1) as f64 * q) as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    println!(
+        "soak timers: {count} timers set {} ms apart, each due {} s after it was set, in {:.1} s",
+        TIMER_EVERY.as_millis(),
+        TIMER_LEAD.as_secs(),
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "  came {}, out of order {wrong_order}, early {early}, not on time {not_on_time}, left in the schedule {left}; late by median {} ms, 99th percentile {} ms, most {} ms",
+        late.len(),
+        at(0.5),
+        at(0.99),
+        at(1.0)
+    );
+    let in_time = !bench || late.last().is_some_and(|&most| most < TIMER_LATE_LIMIT_MS);
+    late.len() == count
+        && wrong_order == 0
+        && early == 0
+        && not_on_time == 0
+        && left == 0
+        && in_time
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let bench = args.iter().any(|a| a == "--bench");
@@ -376,6 +485,9 @@ fn main() -> ExitCode {
     }
     if wants("calls") {
         ok &= calls(bench);
+    }
+    if wants("timers") {
+        ok &= timers(bench);
     }
     if ok {
         ExitCode::SUCCESS

@@ -531,8 +531,10 @@ mod tests {
         got
     }
 
+    // How late they come is a figure, not a test bound (a busy disk delays the fsyncs):
+    // `cargo bench --bench soak -- timers` measures it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn fifty_timers_each_come_due_within_a_second_in_order() {
+    async fn fifty_timers_set_while_it_runs_come_due_in_order_never_early() {
         let dir = tempfile::tempdir().unwrap();
         let file = ScheduleFile::new(dir.path(), ScheduleLimits::default());
         let changed = Arc::new(Notify::new());
@@ -550,11 +552,11 @@ mod tests {
         for (i, (due, at)) in got.iter().enumerate() {
             assert_eq!(due.entry.id, format!("t{i:02}"));
             assert_eq!(due.lateness, Lateness::OnTime);
-            let late = at - due.entry.due_ms;
             assert!(
-                (0..1000).contains(&late),
-                "{} came {late} ms after its time",
-                due.entry.id
+                *at >= due.entry.due_ms,
+                "{} came {} ms early",
+                due.entry.id,
+                due.entry.due_ms - at
             );
         }
         assert!(
