@@ -138,7 +138,9 @@ pub enum CaptureError {
     #[error("audio input {device:?} failed: {message}")]
     Stream { device: String, message: String },
     /// The stream stopped delivering audio.
-    #[error("audio input {device:?} delivered nothing for {after:?}")]
+    #[error(
+        "audio input {device:?} delivered nothing for {after:?}; it is reopened, but if this repeats the device is gone or cannot stream in the format it was opened in: check `strawberry-spoke audio devices`, or set audio.input_rate, audio.input_channels and audio.input_format to one it has (e.g. 16000, 1, \"i16\")"
+    )]
     Stalled { device: String, after: Duration },
     /// The stream delivers audio far faster than real time: no clock paces it.
     #[error(
