@@ -756,6 +756,128 @@ fn neural_word_needing(n: usize) -> WakeWord {
     WakeWord::from_bytes(&bytes, "mem").unwrap()
 }
 
+/// The bundled word's main network as a file of its own, its header changed by `edit`.
+fn main_network_with(edit: impl Fn(&mut serde_json::Value)) -> Vec<u8> {
+    let good = strawberry_spoke::wake::BUNDLED_NEURAL;
+    let len = u32::from_le_bytes(good[8..12].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&good[12..12 + len]).unwrap();
+    let companion = header["companion_bytes"].as_u64().unwrap_or(0) as usize;
+    header["companion_bytes"] = 0.into();
+    edit(&mut header);
+    let header = serde_json::to_vec(&header).unwrap();
+    let mut bytes = good[..8].to_vec();
+    bytes.extend((header.len() as u32).to_le_bytes());
+    bytes.extend(&header);
+    bytes.extend(&good[12 + len..good.len() - companion]);
+    bytes
+}
+
+/// Networks chained into one word file: each announces the length of the next.
+fn chained(networks: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for net in networks.iter().rev() {
+        let len = u32::from_le_bytes(net[8..12].try_into().unwrap()) as usize;
+        let mut header: serde_json::Value = serde_json::from_slice(&net[12..12 + len]).unwrap();
+        header["companion_bytes"] = out.len().into();
+        let header = serde_json::to_vec(&header).unwrap();
+        let mut bytes = net[..8].to_vec();
+        bytes.extend((header.len() as u32).to_le_bytes());
+        bytes.extend(&header);
+        bytes.extend(&net[12 + len..]);
+        bytes.extend(&out);
+        out = bytes;
+    }
+    out
+}
+
+/// The main network's rule (frames) and every point at `threshold`.
+fn needing(frames: usize, threshold: f32) -> impl Fn(&mut serde_json::Value) {
+    move |h| {
+        h["min_frames"] = frames.into();
+        for point in ["low", "medium", "high"] {
+            h["operating_points"][point] = threshold.into();
+        }
+    }
+}
+
+/// A word of several networks fires when any of them does, once an utterance; an
+/// expert's threshold runs the main network alone.
+#[test]
+fn a_companion_network_hears_what_the_main_one_misses() {
+    let _cores = cpu::heavy_blocking();
+    let (samples, scores) = check_clip_scores();
+    let longest = phrase_run(&scores);
+    let heard = |bytes: &[u8], settings: &Settings| {
+        let word = WakeWord::from_bytes(bytes, "mem").unwrap();
+        frames_of(&word, settings, &samples, false)
+    };
+    let deaf = main_network_with(needing(longest + 1, 0.5));
+    let hears = main_network_with(needing(longest, 0.5));
+    let medium = Settings::default();
+    assert_eq!(heard(&deaf, &medium), Vec::<usize>::new());
+    assert_eq!(
+        heard(&chained(&[deaf.clone(), hears.clone()]), &medium),
+        vec![longest]
+    );
+    // Both hear it: one detection, from the first to fire.
+    assert_eq!(
+        heard(&chained(&[hears.clone(), hears.clone()]), &medium),
+        vec![longest]
+    );
+    let expert = Settings {
+        threshold: Some(0.5),
+        ..Settings::default()
+    };
+    assert_eq!(
+        heard(&chained(&[deaf.clone(), hears.clone()]), &expert),
+        Vec::<usize>::new()
+    );
+    // The word's thresholds are its main network's.
+    let word = WakeWord::from_bytes(&chained(&[deaf, hears]), "mem").unwrap();
+    assert_eq!(word.threshold(&medium), 0.5);
+}
+
+#[test]
+fn broken_companion_networks_are_clear_errors() {
+    let _cores = cpu::heavy_blocking();
+    let main = main_network_with(|_| {});
+    let other = main_network_with(|h| h["name"] = "hey jarvis".into());
+    let pair = chained(&[main.clone(), main.clone()]);
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (pair[..pair.len() - 8].to_vec(), "companion network 1 of"),
+        (
+            chained(&[main.clone(), main[..main.len() - 4].to_vec()]),
+            "companion network 1: array",
+        ),
+        (
+            chained(&[main.clone(), other]),
+            "listens for \"hey jarvis\"",
+        ),
+        (
+            chained(&[
+                main.clone(),
+                main.clone(),
+                main.clone(),
+                main.clone(),
+                main.clone(),
+            ]),
+            "more than 4 networks",
+        ),
+        (
+            [pair.as_slice(), &[0u8; 4]].concat(),
+            "4 bytes after the last array",
+        ),
+    ];
+    for (bytes, says) in cases {
+        let err = WakeWord::from_bytes(&bytes, "x.wake").unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            matches!(err, WakeError::Neural { .. }) && msg.contains(says),
+            "{says}: {msg}"
+        );
+    }
+}
+
 /// The committed check clip and the bundled neural word's score for each of its frames.
 fn check_clip_scores() -> (Vec<f32>, Vec<f32>) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/wake");
@@ -778,22 +900,39 @@ fn frames_heard(samples: &[f32], threshold: f32, min_frames: usize, over_echo: b
         threshold: Some(threshold),
         ..Settings::default()
     };
-    let mut detector = Detector::with_word(&settings, &neural_word_needing(min_frames)).unwrap();
+    frames_of(
+        &neural_word_needing(min_frames),
+        &settings,
+        samples,
+        over_echo,
+    )
+}
+
+/// What a detector for `word` finds in `samples` and a second of silence: each
+/// detection's frames.
+fn frames_of(word: &WakeWord, settings: &Settings, samples: &[f32], over_echo: bool) -> Vec<usize> {
+    let mut detector = Detector::with_word(settings, word).unwrap();
     detector.set_over_echo(over_echo);
     let mut found = detector.process(samples);
     found.extend(detector.process(&vec![0.0; SAMPLE_RATE as usize]));
     found.iter().map(|d| d.frames).collect()
 }
 
-#[test]
-fn the_neural_word_fires_after_the_frames_its_file_asks_for() {
-    let _cores = cpu::heavy_blocking();
-    let (samples, scores) = check_clip_scores();
-    let longest = longest_run(&scores, 0.5, 0);
+/// The longest run of the check clip's scores at or over 0.5: the phrase's.
+fn phrase_run(scores: &[f32]) -> usize {
+    let longest = longest_run(scores, 0.5, 0);
     assert!(
         longest > 2,
         "the clip holds the phrase: longest run {longest}"
     );
+    longest
+}
+
+#[test]
+fn the_neural_word_fires_after_the_frames_its_file_asks_for() {
+    let _cores = cpu::heavy_blocking();
+    let (samples, scores) = check_clip_scores();
+    let longest = phrase_run(&scores);
     assert_eq!(frames_heard(&samples, 0.5, longest, false), vec![longest]);
     assert_eq!(
         frames_heard(&samples, 0.5, longest + 1, false),

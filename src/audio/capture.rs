@@ -135,7 +135,9 @@ pub enum CaptureError {
     #[error("audio input {device:?} uses sample format {format}, which is not supported")]
     Format { device: String, format: String },
     /// The stream failed while running (device unplugged, driver error).
-    #[error("audio input {device:?} failed: {message}")]
+    #[error(
+        "audio input {device:?} failed: {message}; it is reopened, but if this repeats check that the device is still plugged in and not taken by another program (`strawberry-spoke audio devices` lists the inputs; `fuser -v /dev/snd/*` shows who holds them)"
+    )]
     Stream { device: String, message: String },
     /// The stream stopped delivering audio.
     #[error(

@@ -332,7 +332,9 @@ impl WakeWord {
     }
 
     /// The threshold this word uses with these settings: `threshold` when set, else
-    /// the sensitivity's (measured per model for a neural word).
+    /// the sensitivity's (measured per model for a neural word; a word with companion
+    /// networks gives its main network's, and an expert's `threshold` runs the main
+    /// network alone).
     pub fn threshold(&self, settings: &Settings) -> f32 {
         match (&self.kind, settings.threshold) {
             (_, Some(t)) => t,
@@ -341,13 +343,15 @@ impl WakeWord {
         }
     }
 
-    /// A neural word's log-mel features and score logits, frame by frame, over a clip
-    /// heard from a fresh start (`None` for a reference word). For checking the Rust
-    /// network against the training script's, and for evaluations.
+    /// A neural word's log-mel features and its main network's score logits, frame by
+    /// frame, over a clip heard from a fresh start (`None` for a reference word). For
+    /// checking the Rust network against the training script's, and for evaluations.
     pub fn trace(&self, samples: &[f32]) -> Option<Trace> {
         match &self.kind {
             Kind::Reference(_) => None,
-            Kind::Neural(m) => Some(neural::Runner::new(m.clone(), 1.0, 0).trace(samples)),
+            Kind::Neural(m) => Some(
+                neural::Runner::new(m.clone(), neural::Listen::Threshold(1.0), 0).trace(samples),
+            ),
         }
     }
 
@@ -647,11 +651,14 @@ impl Detector {
                         message,
                     })?
             }
-            Kind::Neural(m) => self.runners.push(neural::Runner::new(
-                m.clone(),
-                word.threshold(&self.settings),
-                self.pending_at,
-            )),
+            Kind::Neural(m) => {
+                let listen = match self.settings.threshold {
+                    Some(t) => neural::Listen::Threshold(t),
+                    None => neural::Listen::At(self.settings.sensitivity),
+                };
+                self.runners
+                    .push(neural::Runner::new(m.clone(), listen, self.pending_at))
+            }
         }
         self.words.push(name);
         self.partial = None;

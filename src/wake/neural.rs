@@ -15,7 +15,14 @@
 //! whole clip, up to float rounding (`tests/wake.rs` compares the two on a fixed clip).
 //!
 //! The file: the 8 bytes `SSWAKENN`, a little-endian u32 header length, a JSON header
-//! (front end, shapes, measured operating points), then the f32 arrays it lists.
+//! (front end, shapes, measured operating points), then the f32 arrays it lists. A
+//! header's `companion_bytes` says that another such file follows: a companion network
+//! listening for the same phrase with its own rule, and the word fires when any of its
+//! networks does, once an utterance. Why: networks of different training rounds miss
+//! different voices. Round 8's missed whole unseen voices in a quiet room because their
+//! score stayed up too few frames for its 24-frame rule; round 2's, with a 12-frame rule
+//! at a high threshold, hears some of them and adds no false wake over the dev split's
+//! ten hours (`calibrate.py --companion`, BENCHMARKS.md "A companion network").
 
 use std::sync::Arc;
 
@@ -35,6 +42,8 @@ const MAX_HEADER_BYTES: usize = 64 << 10;
 const MAX_CHANNELS: usize = 512;
 const MAX_LAYERS: usize = 16;
 const MAX_DILATION: usize = 256;
+/// Networks in one word: each costs its share of the audio thread's budget.
+const MAX_NETWORKS: usize = 4;
 
 /// The front end this code implements; a file must ask for exactly it.
 const SAMPLE_RATE: u32 = 16_000;
@@ -81,6 +90,10 @@ struct Header {
     end_offset_ms: u32,
     /// A typical phrase's length (where `start` is placed).
     phrase_ms: u32,
+    /// The length of a companion network's file right after this network's arrays (0:
+    /// none).
+    #[serde(default)]
+    companion_bytes: usize,
 }
 
 fn default_min_frames() -> usize {
@@ -96,6 +109,26 @@ pub struct OperatingPoints {
     pub high: f32,
 }
 
+impl OperatingPoints {
+    fn at(&self, sensitivity: Sensitivity) -> f32 {
+        match sensitivity {
+            Sensitivity::Low => self.low,
+            Sensitivity::Medium => self.medium,
+            Sensitivity::High => self.high,
+        }
+    }
+}
+
+/// What a word's runner listens with.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Listen {
+    /// Every network at the threshold it measured for this sensitivity.
+    At(Sensitivity),
+    /// The main network alone at this threshold (an expert's `wake.threshold`: one
+    /// number cannot mean the same for networks that score differently).
+    Threshold(f32),
+}
+
 struct Block {
     dilation: usize,
     /// [3][channels]: oldest (t - 2d) first.
@@ -106,16 +139,32 @@ struct Block {
     pointwise_bias: Vec<f32>,
 }
 
-/// A parsed neural wake word.
+/// The features a network reads; a word's networks must share them, as they are
+/// computed once a frame for all of them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct FrontEnd {
+    n_mels: usize,
+    fmin: f64,
+    fmax: f64,
+    log_eps: f32,
+}
+
+/// A parsed neural wake word: a main network and its companions, if any.
 pub struct Model {
     name: String,
     bytes: Vec<u8>,
     n_mels: usize,
-    channels: usize,
     log_eps: f32,
     /// Per mel bin: the first FFT bin with weight and the weights.
     mel: Vec<(usize, Vec<f32>)>,
     hann: Vec<f32>,
+    /// The main network first: its operating points are the word's.
+    networks: Vec<Network>,
+}
+
+/// One network of a word: its weights, normalisation and measured rule.
+struct Network {
+    channels: usize,
     mean: Vec<f32>,
     std: Vec<f32>,
     /// [3][n_mels][channels]: oldest frame first.
@@ -134,8 +183,7 @@ impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Model")
             .field("name", &self.name)
-            .field("channels", &self.channels)
-            .field("blocks", &self.blocks.len())
+            .field("networks", &self.networks.len())
             .finish_non_exhaustive()
     }
 }
@@ -149,149 +197,52 @@ impl Model {
                 bytes.len()
             ));
         }
-        let rest = bytes
-            .strip_prefix(MAGIC.as_slice())
-            .ok_or("not a neural wake word")?;
-        let (len, rest) = rest.split_at_checked(4).ok_or("truncated header")?;
-        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
-        if len > MAX_HEADER_BYTES {
-            return Err(format!(
-                "a header of {len} bytes (at most {MAX_HEADER_BYTES})"
-            ));
+        let (name, front, main, mut companion, mut rest) = parse_network(bytes)?;
+        let mut networks = vec![main];
+        // What follows a network's arrays is its companion's file, that network's own
+        // companions included: exactly `companion_bytes`.
+        while companion > 0 {
+            let n = networks.len();
+            if n == MAX_NETWORKS {
+                return Err(format!("more than {MAX_NETWORKS} networks"));
+            }
+            if rest.len() < companion {
+                return Err(format!(
+                    "companion network {n} of {companion} bytes is cut short at {}",
+                    rest.len()
+                ));
+            }
+            if rest.len() > companion {
+                break;
+            }
+            let (other, other_front, next, more, after) =
+                parse_network(rest).map_err(|e| format!("companion network {n}: {e}"))?;
+            if other != name || other_front != front {
+                return Err(format!(
+                    "companion network {n} listens for {other:?} with {other_front:?}, the word for {name:?} with {front:?}"
+                ));
+            }
+            networks.push(next);
+            companion = more;
+            rest = after;
         }
-        let (header, mut data) = rest.split_at_checked(len).ok_or("truncated header")?;
-        let h: Header =
-            serde_json::from_slice(header).map_err(|e| format!("unreadable header: {e}"))?;
-        if h.format != "strawberry-wake-tcn" || h.version != 1 {
-            return Err(format!(
-                "model format {:?} version {}, this build reads strawberry-wake-tcn version 1",
-                h.format, h.version
-            ));
-        }
-        if (h.sample_rate, h.win, h.hop, h.nfft) != (SAMPLE_RATE, WIN, HOP, NFFT) {
-            return Err(format!(
-                "front end {} Hz, window {}, hop {}, FFT {}; this build computes 16000 Hz, 400, 160, 512",
-                h.sample_rate, h.win, h.hop, h.nfft
-            ));
+        let extra = rest.len() - companion;
+        if extra > 0 {
+            return Err(format!("{extra} bytes after the last array"));
         }
         let bins = NFFT / 2 + 1;
-        let mels_valid = (1..=128).contains(&h.n_mels)
-            && (0.0..h.fmax).contains(&h.fmin)
-            && h.fmax <= f64::from(SAMPLE_RATE) / 2.0
-            && h.log_eps > 0.0
-            && h.log_eps.is_finite();
-        if !mels_valid {
-            return Err("mel settings out of range".into());
-        }
-        if !(1..=MAX_CHANNELS).contains(&h.channels)
-            || h.dilations.len() > MAX_LAYERS
-            || h.dilations.iter().any(|d| !(1..=MAX_DILATION).contains(d))
-        {
-            return Err("network shape out of range".into());
-        }
-        let points = h.operating_points;
-        for p in [points.low, points.medium, points.high] {
-            if !(0.0..=1.0).contains(&p) {
-                return Err(format!("operating point {p} is not in 0-1"));
-            }
-        }
-        if !(1..=MAX_MIN_FRAMES).contains(&h.min_frames) {
-            return Err(format!(
-                "min_frames {} is not in 1-{MAX_MIN_FRAMES}",
-                h.min_frames
-            ));
-        }
-        let (c, m) = (h.channels, h.n_mels);
-        let mut expected: Vec<(String, Vec<usize>)> = vec![
-            ("mean".into(), vec![m]),
-            ("std".into(), vec![m]),
-            ("b0".into(), vec![c]),
-            ("bh".into(), vec![1]),
-        ];
-        let layers = h.dilations.len();
-        for (prefix, shape) in [
-            ("db", vec![c]),
-            ("dw", vec![3, c]),
-            ("pb", vec![c]),
-            ("pw", vec![c, c]),
-        ] {
-            for i in 0..layers {
-                expected.push((format!("{prefix}{i}"), shape.clone()));
-            }
-        }
-        expected.push(("w0".into(), vec![3, m, c]));
-        expected.push(("wh".into(), vec![c]));
-        let mut sorted = expected.clone();
-        sorted.sort();
-        let mut listed = h.arrays.clone();
-        listed.sort();
-        if listed != sorted {
-            return Err(format!(
-                "arrays {:?}, expected {:?}",
-                h.arrays.iter().map(|a| &a.0).collect::<Vec<_>>(),
-                sorted.iter().map(|a| &a.0).collect::<Vec<_>>()
-            ));
-        }
-        let mut arrays = std::collections::HashMap::new();
-        for (name, shape) in &h.arrays {
-            let n: usize = shape.iter().product();
-            let (raw, rest) = data
-                .split_at_checked(n * 4)
-                .ok_or_else(|| format!("array {name} is cut short"))?;
-            data = rest;
-            let values: Vec<f32> = raw
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
-            if values.iter().any(|v| !v.is_finite()) {
-                return Err(format!("array {name} holds non-finite values"));
-            }
-            arrays.insert(name.clone(), values);
-        }
-        if !data.is_empty() {
-            return Err(format!("{} bytes after the last array", data.len()));
-        }
-        let mut take = |name: &str| arrays.remove(name).unwrap_or_default();
-        let std = take("std");
-        if std.iter().any(|&s| s <= 0.0) {
-            return Err("a normalisation scale is not positive".into());
-        }
-        let blocks = h
-            .dilations
-            .iter()
-            .enumerate()
-            .map(|(i, &dilation)| Block {
-                dilation,
-                depthwise: take(&format!("dw{i}")),
-                depthwise_bias: take(&format!("db{i}")),
-                pointwise: take(&format!("pw{i}")),
-                pointwise_bias: take(&format!("pb{i}")),
-            })
-            .collect();
-        let head_bias = take("bh")[0];
         Ok(Model {
-            name: h.name,
+            name,
             bytes: bytes.to_vec(),
-            n_mels: m,
-            channels: c,
-            log_eps: h.log_eps,
-            mel: mel_filters(m, bins, h.fmin, h.fmax),
+            n_mels: front.n_mels,
+            log_eps: front.log_eps,
+            mel: mel_filters(front.n_mels, bins, front.fmin, front.fmax),
             hann: (0..WIN)
                 .map(|i| {
                     (0.5 - 0.5 * (2.0 * std::f64::consts::PI * i as f64 / WIN as f64).cos()) as f32
                 })
                 .collect(),
-            mean: take("mean"),
-            std,
-            w0: take("w0"),
-            b0: take("b0"),
-            blocks,
-            head: take("wh"),
-            head_bias,
-            points,
-            min_frames: h.min_frames,
-            end_offset: u64::from(h.end_offset_ms) * u64::from(SAMPLE_RATE) / 1000,
-            phrase: u64::from(h.phrase_ms) * u64::from(SAMPLE_RATE) / 1000,
+            networks,
         })
     }
 
@@ -303,20 +254,169 @@ impl Model {
         &self.bytes
     }
 
-    /// The threshold a sensitivity stands for.
+    /// The threshold a sensitivity stands for (the main network's).
     pub(super) fn threshold(&self, sensitivity: Sensitivity) -> f32 {
-        match sensitivity {
-            Sensitivity::Low => self.points.low,
-            Sensitivity::Medium => self.points.medium,
-            Sensitivity::High => self.points.high,
-        }
+        self.networks[0].points.at(sensitivity)
     }
 
-    /// The audio one score depends on, in samples.
+    /// The audio one score depends on, in samples (the widest network's).
     pub(super) fn receptive_samples(&self) -> u64 {
-        let frames = 3 + 2 * self.blocks.iter().map(|b| b.dilation).sum::<usize>();
+        let frames = self
+            .networks
+            .iter()
+            .map(|n| 3 + 2 * n.blocks.iter().map(|b| b.dilation).sum::<usize>())
+            .max()
+            .unwrap_or(3);
         ((frames - 1) * HOP + WIN) as u64
     }
+}
+
+/// One network's file: its phrase, front end, network, the length of the companion
+/// network's file announced after it, and the bytes after its arrays.
+type Parsed<'a> = (String, FrontEnd, Network, usize, &'a [u8]);
+
+fn parse_network(bytes: &[u8]) -> Result<Parsed<'_>, String> {
+    let rest = bytes
+        .strip_prefix(MAGIC.as_slice())
+        .ok_or("not a neural wake word")?;
+    let (len, rest) = rest.split_at_checked(4).ok_or("truncated header")?;
+    let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+    if len > MAX_HEADER_BYTES {
+        return Err(format!(
+            "a header of {len} bytes (at most {MAX_HEADER_BYTES})"
+        ));
+    }
+    let (header, mut data) = rest.split_at_checked(len).ok_or("truncated header")?;
+    let h: Header =
+        serde_json::from_slice(header).map_err(|e| format!("unreadable header: {e}"))?;
+    if h.format != "strawberry-wake-tcn" || h.version != 1 {
+        return Err(format!(
+            "model format {:?} version {}, this build reads strawberry-wake-tcn version 1",
+            h.format, h.version
+        ));
+    }
+    if (h.sample_rate, h.win, h.hop, h.nfft) != (SAMPLE_RATE, WIN, HOP, NFFT) {
+        return Err(format!(
+            "front end {} Hz, window {}, hop {}, FFT {}; this build computes 16000 Hz, 400, 160, 512",
+            h.sample_rate, h.win, h.hop, h.nfft
+        ));
+    }
+    let mels_valid = (1..=128).contains(&h.n_mels)
+        && (0.0..h.fmax).contains(&h.fmin)
+        && h.fmax <= f64::from(SAMPLE_RATE) / 2.0
+        && h.log_eps > 0.0
+        && h.log_eps.is_finite();
+    if !mels_valid {
+        return Err("mel settings out of range".into());
+    }
+    if !(1..=MAX_CHANNELS).contains(&h.channels)
+        || h.dilations.len() > MAX_LAYERS
+        || h.dilations.iter().any(|d| !(1..=MAX_DILATION).contains(d))
+    {
+        return Err("network shape out of range".into());
+    }
+    let points = h.operating_points;
+    for p in [points.low, points.medium, points.high] {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(format!("operating point {p} is not in 0-1"));
+        }
+    }
+    if !(1..=MAX_MIN_FRAMES).contains(&h.min_frames) {
+        return Err(format!(
+            "min_frames {} is not in 1-{MAX_MIN_FRAMES}",
+            h.min_frames
+        ));
+    }
+    let (c, m) = (h.channels, h.n_mels);
+    let mut expected: Vec<(String, Vec<usize>)> = vec![
+        ("mean".into(), vec![m]),
+        ("std".into(), vec![m]),
+        ("b0".into(), vec![c]),
+        ("bh".into(), vec![1]),
+    ];
+    let layers = h.dilations.len();
+    for (prefix, shape) in [
+        ("db", vec![c]),
+        ("dw", vec![3, c]),
+        ("pb", vec![c]),
+        ("pw", vec![c, c]),
+    ] {
+        for i in 0..layers {
+            expected.push((format!("{prefix}{i}"), shape.clone()));
+        }
+    }
+    expected.push(("w0".into(), vec![3, m, c]));
+    expected.push(("wh".into(), vec![c]));
+    let mut sorted = expected.clone();
+    sorted.sort();
+    let mut listed = h.arrays.clone();
+    listed.sort();
+    if listed != sorted {
+        return Err(format!(
+            "arrays {:?}, expected {:?}",
+            h.arrays.iter().map(|a| &a.0).collect::<Vec<_>>(),
+            sorted.iter().map(|a| &a.0).collect::<Vec<_>>()
+        ));
+    }
+    let mut arrays = std::collections::HashMap::new();
+    for (name, shape) in &h.arrays {
+        let n: usize = shape.iter().product();
+        let (raw, rest) = data
+            .split_at_checked(n * 4)
+            .ok_or_else(|| format!("array {name} is cut short"))?;
+        data = rest;
+        let values: Vec<f32> = raw
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        if values.iter().any(|v| !v.is_finite()) {
+            return Err(format!("array {name} holds non-finite values"));
+        }
+        arrays.insert(name.clone(), values);
+    }
+    let mut take = |name: &str| arrays.remove(name).unwrap_or_default();
+    let std = take("std");
+    if std.iter().any(|&s| s <= 0.0) {
+        return Err("a normalisation scale is not positive".into());
+    }
+    let blocks = h
+        .dilations
+        .iter()
+        .enumerate()
+        .map(|(i, &dilation)| Block {
+            dilation,
+            depthwise: take(&format!("dw{i}")),
+            depthwise_bias: take(&format!("db{i}")),
+            pointwise: take(&format!("pw{i}")),
+            pointwise_bias: take(&format!("pb{i}")),
+        })
+        .collect();
+    let head_bias = take("bh")[0];
+    Ok((
+        h.name,
+        FrontEnd {
+            n_mels: m,
+            fmin: h.fmin,
+            fmax: h.fmax,
+            log_eps: h.log_eps,
+        },
+        Network {
+            channels: c,
+            mean: take("mean"),
+            std,
+            w0: take("w0"),
+            b0: take("b0"),
+            blocks,
+            head: take("wh"),
+            head_bias,
+            points,
+            min_frames: h.min_frames,
+            end_offset: u64::from(h.end_offset_ms) * u64::from(SAMPLE_RATE) / 1000,
+            phrase: u64::from(h.phrase_ms) * u64::from(SAMPLE_RATE) / 1000,
+        },
+        h.companion_bytes,
+        data,
+    ))
 }
 
 /// HTK-style triangles, as the training script makes them (computed in f64, kept in
@@ -393,7 +493,6 @@ pub struct Trace {
 /// One neural word listening to the stream.
 pub(super) struct Runner {
     model: Arc<Model>,
-    threshold: f32,
     fft: Arc<dyn Fft<f32>>,
     spectrum: Vec<Complex32>,
     scratch: Vec<Complex32>,
@@ -401,10 +500,21 @@ pub(super) struct Runner {
     audio: Vec<f32>,
     /// Stream position of `audio[0]`.
     audio_at: u64,
+    /// The current frame's log-mel energies (shared by the networks).
+    log_mel: Vec<f32>,
+    /// The networks listening, in the model's order (the main one alone for an
+    /// expert's threshold).
+    nets: Vec<NetState>,
+    /// Frames under the threshold a run goes on through (0: consecutive frames).
+    max_gap: usize,
+}
+
+/// One network's state in a runner.
+struct NetState {
+    threshold: f32,
     input: History,
     hidden: Vec<History>,
-    /// The current frame's log-mel energies, and normalised.
-    log_mel: Vec<f32>,
+    /// The current frame normalised with the network's statistics.
     normalised: Vec<f32>,
     column: Vec<f32>,
     next: Vec<f32>,
@@ -414,8 +524,6 @@ pub(super) struct Runner {
     /// first frame ended.
     over: usize,
     dip: usize,
-    /// Frames under the threshold a run goes on through (0: consecutive frames).
-    max_gap: usize,
     best: f32,
     first_end: u64,
     /// Frames under the threshold since the last detection (`None`: armed).
@@ -424,36 +532,32 @@ pub(super) struct Runner {
 }
 
 impl Runner {
-    pub(super) fn new(model: Arc<Model>, threshold: f32, position: u64) -> Runner {
+    pub(super) fn new(model: Arc<Model>, listen: Listen, position: u64) -> Runner {
         let fft = FftPlanner::new().plan_fft_forward(NFFT);
         let scratch = vec![Complex32::default(); fft.get_inplace_scratch_len()];
-        let c = model.channels;
-        let hidden = model
-            .blocks
+        let thresholds: Vec<f32> = match listen {
+            Listen::At(sensitivity) => model
+                .networks
+                .iter()
+                .map(|n| n.points.at(sensitivity))
+                .collect(),
+            Listen::Threshold(t) => vec![t],
+        };
+        let nets = model
+            .networks
             .iter()
-            .map(|b| History::new(c, 2 * b.dilation + 1))
+            .zip(thresholds)
+            .map(|(n, threshold)| NetState::new(n, model.n_mels, threshold))
             .collect();
         Runner {
-            input: History::new(model.n_mels, 3),
-            hidden,
             fft,
             spectrum: vec![Complex32::default(); NFFT],
             scratch,
             audio: Vec::with_capacity(WIN + 512),
             audio_at: position,
             log_mel: vec![0.0; model.n_mels],
-            normalised: vec![0.0; model.n_mels],
-            column: vec![0.0; c],
-            next: vec![0.0; c],
-            mixed: vec![0.0; c],
-            over: 0,
-            dip: 0,
+            nets,
             max_gap: 0,
-            best: 0.0,
-            first_end: 0,
-            rearm: None,
-            peak: None,
-            threshold,
             model,
         }
     }
@@ -462,25 +566,29 @@ impl Runner {
         &self.model.name
     }
 
+    /// The main network's threshold.
     pub(super) fn threshold(&self) -> f32 {
-        self.threshold
+        self.nets[0].threshold
     }
 
+    /// The main network's highest score so far and where its phrase ended.
     pub(super) fn peak(&self) -> Option<(f32, u64)> {
-        self.peak
+        self.nets[0].peak
     }
 
     /// Forgets the audio heard so far; `position` is where the stream goes on from.
     pub(super) fn reset(&mut self, position: u64) {
         self.audio.clear();
         self.audio_at = position;
-        self.input.clear();
-        for h in &mut self.hidden {
-            h.clear();
+        for net in &mut self.nets {
+            net.input.clear();
+            for h in &mut net.hidden {
+                h.clear();
+            }
+            net.over = 0;
+            net.dip = 0;
+            net.rearm = None;
         }
-        self.over = 0;
-        self.dip = 0;
-        self.rearm = None;
     }
 
     /// Frames under the threshold a run goes on through from now on.
@@ -496,10 +604,21 @@ impl Runner {
         let mut used = 0;
         while self.audio.len() - used >= WIN {
             let end = self.audio_at + (used + WIN) as u64;
-            let logit = self.frame(used);
+            self.front_end(used);
             used += HOP;
-            let score = sigmoid(logit);
-            if let Some(d) = self.decide(score, end) {
+            let mut fired = None;
+            for (net, network) in self.nets.iter_mut().zip(&self.model.networks) {
+                let score = sigmoid(net.frame(network, &self.log_mel));
+                let decided = net.decide(network, &self.model.name, score, end, self.max_gap);
+                if let Some(d) = decided {
+                    fired.get_or_insert(d);
+                }
+            }
+            if let Some(d) = fired {
+                // One utterance, one detection: every network waits to re-arm.
+                for net in &mut self.nets {
+                    net.disarm();
+                }
                 found.get_or_insert(d);
             }
         }
@@ -508,16 +627,18 @@ impl Runner {
         found
     }
 
-    /// Every frame's log-mel features and score logit for a clip, from a fresh start
-    /// (what the training script exports for the exactness test and the evaluation).
+    /// Every frame's log-mel features and the main network's score logit for a clip,
+    /// from a fresh start (what the training script exports for the exactness test and
+    /// the evaluation).
     pub(super) fn trace(&mut self, samples: &[f32]) -> Trace {
         let mut trace = Trace::default();
         self.audio
             .extend(samples.iter().map(|s| s.clamp(-1.0, 1.0)));
         let mut used = 0;
         while self.audio.len() - used >= WIN {
-            let logit = self.frame(used);
+            self.front_end(used);
             used += HOP;
+            let logit = self.nets[0].frame(&self.model.networks[0], &self.log_mel);
             trace.features.push(self.log_mel.clone());
             trace.logits.push(logit);
         }
@@ -526,58 +647,8 @@ impl Runner {
         trace
     }
 
-    fn decide(&mut self, score: f32, end: u64) -> Option<Detection> {
-        let phrase_end = end.saturating_sub(self.model.end_offset);
-        if self.peak.is_none_or(|(s, _)| score > s) {
-            self.peak = Some((score, phrase_end));
-        }
-        let over = score >= self.threshold;
-        if let Some(under) = self.rearm.as_mut() {
-            *under = if over { 0 } else { *under + 1 };
-            if *under >= REARM_FRAMES {
-                self.rearm = None;
-            }
-            return None;
-        }
-        if !over {
-            if self.over > 0 {
-                self.dip += 1;
-                if self.dip > self.max_gap {
-                    self.over = 0;
-                    self.dip = 0;
-                }
-            }
-            return None;
-        }
-        if self.over == 0 {
-            self.first_end = phrase_end;
-            self.best = 0.0;
-        }
-        self.over += self.dip + 1;
-        self.dip = 0;
-        self.best = self.best.max(score);
-        if self.over < self.model.min_frames {
-            return None;
-        }
-        let frames = self.over;
-        self.over = 0;
-        self.dip = 0;
-        self.rearm = Some(0);
-        Some(Detection {
-            name: self.model.name.clone(),
-            score: self.best,
-            avg_score: self.best,
-            start: self.first_end.saturating_sub(self.model.phrase),
-            end: self.first_end,
-            fired_at: end,
-            frames,
-            proximity_db: 0.0,
-        })
-    }
-
-    /// Runs the window starting at `audio[at]` through the front end and the network;
-    /// returns the frame's logit.
-    fn frame(&mut self, at: usize) -> f32 {
+    /// The log-mel energies of the window starting at `audio[at]`, into `log_mel`.
+    fn front_end(&mut self, at: usize) {
         let m = &*self.model;
         for (i, slot) in self.spectrum.iter_mut().enumerate() {
             *slot = if i < WIN {
@@ -595,15 +666,107 @@ impl Runner {
                 .map(|(w, c)| w * (c.re * c.re + c.im * c.im))
                 .sum();
             self.log_mel[k] = (energy + m.log_eps).ln();
-            self.normalised[k] = (self.log_mel[k] - m.mean[k]) / m.std[k];
+        }
+    }
+}
+
+impl NetState {
+    fn new(network: &Network, n_mels: usize, threshold: f32) -> NetState {
+        let c = network.channels;
+        NetState {
+            threshold,
+            input: History::new(n_mels, 3),
+            hidden: network
+                .blocks
+                .iter()
+                .map(|b| History::new(c, 2 * b.dilation + 1))
+                .collect(),
+            normalised: vec![0.0; n_mels],
+            column: vec![0.0; c],
+            next: vec![0.0; c],
+            mixed: vec![0.0; c],
+            over: 0,
+            dip: 0,
+            best: 0.0,
+            first_end: 0,
+            rearm: None,
+            peak: None,
+        }
+    }
+
+    /// Waits for the score to stay under the threshold before it can fire again.
+    fn disarm(&mut self) {
+        self.over = 0;
+        self.dip = 0;
+        self.rearm = Some(0);
+    }
+
+    fn decide(
+        &mut self,
+        m: &Network,
+        name: &str,
+        score: f32,
+        end: u64,
+        max_gap: usize,
+    ) -> Option<Detection> {
+        let phrase_end = end.saturating_sub(m.end_offset);
+        if self.peak.is_none_or(|(s, _)| score > s) {
+            self.peak = Some((score, phrase_end));
+        }
+        let over = score >= self.threshold;
+        if let Some(under) = self.rearm.as_mut() {
+            *under = if over { 0 } else { *under + 1 };
+            if *under >= REARM_FRAMES {
+                self.rearm = None;
+            }
+            return None;
+        }
+        if !over {
+            if self.over > 0 {
+                self.dip += 1;
+                if self.dip > max_gap {
+                    self.over = 0;
+                    self.dip = 0;
+                }
+            }
+            return None;
+        }
+        if self.over == 0 {
+            self.first_end = phrase_end;
+            self.best = 0.0;
+        }
+        self.over += self.dip + 1;
+        self.dip = 0;
+        self.best = self.best.max(score);
+        if self.over < m.min_frames {
+            return None;
+        }
+        let frames = self.over;
+        Some(Detection {
+            name: name.to_string(),
+            score: self.best,
+            avg_score: self.best,
+            start: self.first_end.saturating_sub(m.phrase),
+            end: self.first_end,
+            fired_at: end,
+            frames,
+            proximity_db: 0.0,
+        })
+    }
+
+    /// Runs the current frame's features through the network; returns its logit.
+    fn frame(&mut self, m: &Network, log_mel: &[f32]) -> f32 {
+        for (k, &v) in log_mel.iter().enumerate() {
+            self.normalised[k] = (v - m.mean[k]) / m.std[k];
         }
         self.input.push(&self.normalised);
         let c = m.channels;
+        let n_mels = log_mel.len();
         // The full convolution over the last three feature frames.
         self.column.copy_from_slice(&m.b0);
         for k in 0..3 {
             let x = self.input.ago(2 - k);
-            let w = &m.w0[k * m.n_mels * c..(k + 1) * m.n_mels * c];
+            let w = &m.w0[k * n_mels * c..(k + 1) * n_mels * c];
             for (i, &xv) in x.iter().enumerate() {
                 for (o, &wv) in self.column.iter_mut().zip(&w[i * c..(i + 1) * c]) {
                     *o += xv * wv;

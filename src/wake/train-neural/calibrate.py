@@ -9,6 +9,10 @@ timing figures the detector needs, and exports the exactness check (a fixed clip
 features and logits) for tests/wake.rs.
 
 Usage: calibrate.py OUT.wake CHECK MODEL.wake [MODEL.wake ...]
+       calibrate.py --companion OUT.wake MAIN.wake CANDIDATE.wake [CANDIDATE.wake ...]
+         (a calibrated word with a companion network: the candidate, itself a
+         calibrated word, and rule that hear the most dev phrases the main network
+         misses at its medium point without a false wake more than the point allows)
        calibrate.py --measure MODEL.wake ... (measures now; a later run reuses it)
        calibrate.py --gaps MODEL.wake (what a calibrated word's points cost and hear when
          runs go on through short dips, as they do over the echo canceller's output)
@@ -41,6 +45,9 @@ RULES = (2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 28, 32)
 # Rules whose dev detection is within this of the best are tied: the shortest wins, as
 # a voice whose score falls sooner than the dev voices' still fires with it.
 TIE = 0.01
+# A word with a companion network stays under this (issue 25: a bundled model well under
+# 1 MB); round 8's network is 475 kB, a 64-channel one 140 kB, a 128-channel one 475 kB.
+MAX_PAIR_BYTES = 2 * 1024 * 1024 // 3
 # Dev phrase groups, by file name: the espeak dev voices, flite's training voices
 # (common.DEV_FLITE) and festival's other-language voices (common.DEV_FESTIVAL).
 GROUPS = ("espeak", "flite", "festival")
@@ -49,6 +56,7 @@ THRESHOLDS = 1 / (1 + np.exp(-np.arange(-1.0, 10.0, 0.125)))
 
 
 def read_model(path):
+    """A model file's header and arrays (of a word with a companion: its main network's)."""
     b = open(path, "rb").read()
     assert b[:8] == b"SSWAKENN"
     n = struct.unpack("<I", b[8:12])[0]
@@ -243,11 +251,18 @@ def points(table, hours):
     def lowest(ok):
         rows = [t for t in table if ok(t)]
         return (rows[0], True) if rows else (table[-1], False)
-    allowed = int(hours / 10 + 1e-6)  # false wakes the medium point may make in the dev hours
+    allowed = allowed_false_wakes(hours)
     medium = lowest(lambda t: round(t[1] * hours) <= allowed)
     return {"high": lowest(lambda t: t[1] <= 1.0),
             "medium": medium,
             "low": lowest(lambda t: t[1] == 0 and t[4] <= medium[0][4] // 2)}
+
+
+def allowed_false_wakes(hours):
+    """False wakes the medium point may make in `hours` of dev negatives: one per ten
+    hours. Ten 5-minute files hold 4 s of frames less than their length (the first
+    window), so the hours are rounded first."""
+    return int(round(hours, 2) / 10)
 
 
 def fmt(recall):
@@ -272,7 +287,127 @@ def gaps(path):
                   flush=True)
 
 
+def union_count(lists):
+    """Detections of a word whose networks fire at these frames: after one fires, every
+    network waits to re-arm (src/wake/neural.rs), taken here as fires within two re-arm
+    spans counting once."""
+    n, last = 0, None
+    for f in sorted(f for frames in lists for f in frames):
+        if last is None or f - last > 2 * REARM:
+            n, last = n + 1, f
+    return n
+
+
+def companion(dst, main_path, candidates):
+    """Writes MAIN with the companion network chosen among CANDIDATES (calibrated words
+    of earlier rounds): the candidate and rule whose union with the main network hears the
+    most dev phrases at the medium point (groups counting alike), each point's companion
+    threshold the lowest at which the pair stays within that point's false wakes (the main
+    network's points stay). The main network's dev misses in a quiet room were whole
+    voices whose score stayed up too few frames for its rule; a network of another
+    round, with a shorter rule at a high threshold, hears some of them."""
+    hm, am = read_model(main_path)
+    _, (mpos, mnegs, mclips) = scores_cached(main_path, hm, am)
+    hours = sum(len(s) for s in mnegs) * HOP / SR / 3600
+    km = hm["min_frames"]
+    mruns = np.min(np.stack([mclips[:, i:mclips.shape[1] - km + 1 + i] for i in range(km)]), axis=0).max(axis=1)
+    targets = {"medium": lambda fa, clips, med: fa <= allowed_false_wakes(hours),
+               "high": lambda fa, clips, med: fa <= hours,
+               "low": lambda fa, clips, med: fa == 0 and clips <= med // 2}
+    main_fires = {name: ([[f for _, f in events(s, th, km)] for s in mnegs],
+                         [[f for _, f in events(s, th, km)] for _, _, s, _ in mpos],
+                         mruns >= th)
+                  for name, th in hm["operating_points"].items()}
+
+    def pair(name, cpos, cnegs, cruns, th, k):
+        negs, pos, clips = main_fires[name]
+        fa = sum(union_count([a, [f for _, f in events(s, th, k)]]) for a, s in zip(negs, cnegs))
+        fired = int((clips | (cruns >= th)).sum())
+        by_group = {}
+        for (c, g, s, e), mf in zip(cpos, pos):
+            frames = mf + [f for _, f in events(s, th, k)]
+            hit = any(-0.3 <= (f * HOP + WIN) / SR - e <= 1.0 for f in frames)
+            by_group.setdefault(f"{g} {c}", []).append(hit)
+        return fa, fired, {c: float(np.mean(v)) for c, v in by_group.items()}
+
+    def lowest(name, cpos, cnegs, cruns, k, med_clips):
+        # Each point's false wakes fall as the threshold rises: bisect for the lowest
+        # threshold within the point's target; the highest tried when none is.
+        ok = lambda i: targets[name](*pair(name, cpos, cnegs, cruns, THRESHOLDS[i], k)[:2], med_clips)
+        lo, hi = 0, len(THRESHOLDS) - 1
+        if not ok(hi):
+            return hi, False
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if ok(mid) else (mid + 1, hi)
+        return lo, True
+
+    best = None
+    main_bytes = os.path.getsize(main_path) - hm.get("companion_bytes", 0)
+    for path in candidates:
+        size = main_bytes + os.path.getsize(path)
+        if size > MAX_PAIR_BYTES:
+            print(f"{os.path.basename(path)}: the pair would take {size} bytes, more than "
+                  f"{MAX_PAIR_BYTES}", flush=True)
+            continue
+        hc, ac = read_model(path)
+        _, (cpos, cnegs, cclips) = scores_cached(path, hc, ac)
+        for k in RULES:
+            cruns = np.min(np.stack([cclips[:, i:cclips.shape[1] - k + 1 + i] for i in range(k)]), axis=0).max(axis=1)
+            i, reached = lowest("medium", cpos, cnegs, cruns, k, 0)
+            if not reached:
+                continue
+            fa, fired, by_group = pair("medium", cpos, cnegs, cruns, THRESHOLDS[i], k)
+            per = [np.mean([v for c, v in by_group.items() if c.startswith(g + " ")])
+                   for g in GROUPS if any(c.startswith(g + " ") for c in by_group)]
+            score = float(np.mean(per))
+            print(f"{os.path.basename(path)} min_frames {k}: medium th {THRESHOLDS[i]:.4f} with the "
+                  f"main network: {fa} false wakes in {hours:.2f} h, dev detection {fmt(by_group)} "
+                  f"score {score:.3f}", flush=True)
+            if best is None or score > best[0]:
+                best = (score, path, hc, ac, k, cpos, cnegs, cruns, i, fired, by_group, fa)
+    if best is None:
+        sys.exit("no candidate stays within the medium point's false wakes")
+    score, path, hc, ac, k, cpos, cnegs, cruns, i_med, med_clips, _, _ = best
+    points, report = {}, {}
+    for name in ("medium", "high", "low"):
+        i, reached = (i_med, True) if name == "medium" else lowest(name, cpos, cnegs, cruns, k, med_clips)
+        fa, fired, by_group = pair(name, cpos, cnegs, cruns, THRESHOLDS[i], k)
+        points[name] = round(float(THRESHOLDS[i]), 5)
+        report[name] = {"threshold": points[name], "reached": reached,
+                        "false_wakes_per_hour": round(fa / hours, 3), "false_wakes_in_clips": fired,
+                        "recall_by_voices": {c: round(v, 3) for c, v in by_group.items()}}
+    # The companion's own timing: how long after the phrase its score fires at medium.
+    offsets = [t for _, _, s, e in cpos
+               if (t := heard_at(s, e, points["medium"], k)) is not None] or [0.1]
+    hc = dict(hc)
+    hc["operating_points"] = {n: points[n] for n in ("low", "medium", "high")}
+    hc["min_frames"] = k
+    hc["end_offset_ms"] = int(round(max(0.0, float(np.median(offsets))) * 1000))
+    hc["phrase_ms"] = hm["phrase_ms"]
+    hc.pop("calibration", None)
+    hc["companion_of"] = {"model": os.path.basename(main_path), "candidate": os.path.basename(path),
+                          "dev_negative_hours": round(hours, 2), "points": report}
+    tmp = dst + ".companion"
+    write_model(tmp, hc, ac)
+    companion_bytes = open(tmp, "rb").read()
+    os.remove(tmp)
+    hm = dict(hm)
+    hm["companion_bytes"] = len(companion_bytes)
+    write_model(dst + ".main", hm, am)
+    main_bytes = open(dst + ".main", "rb").read()
+    os.remove(dst + ".main")
+    with open(dst + ".tmp", "wb") as f:
+        f.write(main_bytes + companion_bytes)
+    os.replace(dst + ".tmp", dst)
+    print(json.dumps(hc["companion_of"], indent=1))
+    print(f"wrote {dst}: companion {os.path.basename(path)} with min_frames {k}, points {points}")
+
+
 def main():
+    if sys.argv[1] == "--companion":
+        companion(sys.argv[2], sys.argv[3], sys.argv[4:])
+        return
     if sys.argv[1] == "--gaps":
         gaps(sys.argv[2])
         return
@@ -307,6 +442,7 @@ def main():
               if not f.endswith(".tmp.npy")]
     h["operating_points"] = {name: round(pts[name][0][0], 5) for name in ("low", "medium", "high")}
     h["min_frames"] = k
+    h.pop("companion_bytes", None)  # a pair's main network is written alone
     h["end_offset_ms"] = int(round(max(0.0, float(np.median(offsets))) * 1000))
     h["phrase_ms"] = int(round(float(np.median(phrase)) * 1000))
     h["calibration"] = {

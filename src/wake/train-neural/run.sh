@@ -111,6 +111,13 @@
 #   train.py       ~11 min  (WAKE_ROUND=9) 2 epochs over 178,676 clips, 321 and 344 s
 #   calibrate.py    ~5 min  round 8's and round 9's epochs on the 10-hour dev set
 #                           (~1.6 min a model); chose round 9's first epoch, 24 frames
+# The companion network (2026-12-01, on a fresh machine's cache, dev and held-out sets
+# with 10 h of negatives each; not niced, beside a cold build):
+#   calibrate.py --companion  ~25 min  round 8 and the five earlier bundled words (from
+#                           git history: the first model, rounds 1, 2, 3 and 7) measured
+#                           on the dev recordings (~4 min a model under that load), then
+#                           every rule of each; rounds 3 and 7 make a pair over 2/3 MB,
+#                           and of the rest it chose round 2's word, 12 frames
 # In this script round 5 fine-tunes the run's own round 3 with its own mining.
 # About 6 h 30 min in all (rounds 6-8 about 1 h 20 min), and the stop word ~40 min more.
 # Everything is cached under $WAKE_CACHE (default ~/.cache/strawberry/wake/neural; the
@@ -153,6 +160,13 @@ WAKE_CHANNELS=128 nice -n 19 python3 mine.py 5 "$r7" 500
 WAKE_ROUND=8 WAKE_CHANNELS=128 WAKE_FROM="$r7" nice -n 19 python3 train.py
 nice -n 19 python3 calibrate.py "$repo/src/wake/hey_strawberry.wake" "$repo/tests/wake/neural-check" \
   "$r3" "$cache"/train/hey_strawberry-c128-r[4-8]-e*.wake
+# Its companion network (calibrate.py --companion): of the earlier rounds' words that keep
+# the pair under 2/3 MB (the 64-channel ones of the first rounds), the one that, with its
+# own rule at a high threshold, hears the most dev phrases round 8 misses within each
+# point's false wakes. Round 2's fourth epoch was (BENCHMARKS.md, "A companion network").
+nice -n 19 python3 calibrate.py --companion "$repo/src/wake/hey_strawberry.wake" \
+  "$repo/src/wake/hey_strawberry.wake" "$cache/train/hey_strawberry-c64.wake" \
+  "$cache/train/hey_strawberry-c64-ft.wake" "$cache"/train/hey_strawberry-c64-ft2-e*.wake
 # The stop word the daemon runs over a ringing timer (stop.py's header: ~40 min).
 export STOP_CACHE=${STOP_CACHE:-$HOME/.cache/strawberry/wake/stop}
 nice -n 19 python3 stop.py tts
