@@ -744,50 +744,45 @@ fn both_bundled_words_load_and_sensitivity_orders_the_neural_thresholds() {
 
 /// The bundled neural word with its header's `min_frames` set to `n`.
 fn neural_word_needing(n: usize) -> WakeWord {
-    let good = strawberry_spoke::wake::BUNDLED_NEURAL;
-    let len = u32::from_le_bytes(good[8..12].try_into().unwrap()) as usize;
-    let mut header: serde_json::Value = serde_json::from_slice(&good[12..12 + len]).unwrap();
-    header["min_frames"] = n.into();
+    let bytes = with_header(strawberry_spoke::wake::BUNDLED_NEURAL, |h| {
+        h["min_frames"] = n.into()
+    });
+    WakeWord::from_bytes(&bytes, "mem").unwrap()
+}
+
+/// A neural word file with its (first) header changed by `edit`; the bytes after the
+/// header stay.
+fn with_header(file: &[u8], edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
+    let len = u32::from_le_bytes(file[8..12].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&file[12..12 + len]).unwrap();
+    edit(&mut header);
     let header = serde_json::to_vec(&header).unwrap();
-    let mut bytes = good[..8].to_vec();
+    let mut bytes = file[..8].to_vec();
     bytes.extend((header.len() as u32).to_le_bytes());
     bytes.extend(&header);
-    bytes.extend(&good[12 + len..]);
-    WakeWord::from_bytes(&bytes, "mem").unwrap()
+    bytes.extend(&file[12 + len..]);
+    bytes
 }
 
 /// The bundled word's main network as a file of its own, its header changed by `edit`.
 fn main_network_with(edit: impl Fn(&mut serde_json::Value)) -> Vec<u8> {
-    let good = strawberry_spoke::wake::BUNDLED_NEURAL;
-    let len = u32::from_le_bytes(good[8..12].try_into().unwrap()) as usize;
-    let mut header: serde_json::Value = serde_json::from_slice(&good[12..12 + len]).unwrap();
-    let companion = header["companion_bytes"].as_u64().unwrap_or(0) as usize;
-    header["companion_bytes"] = 0.into();
-    edit(&mut header);
-    let header = serde_json::to_vec(&header).unwrap();
-    let mut bytes = good[..8].to_vec();
-    bytes.extend((header.len() as u32).to_le_bytes());
-    bytes.extend(&header);
-    bytes.extend(&good[12 + len..good.len() - companion]);
+    let mut companion = 0;
+    let mut bytes = with_header(strawberry_spoke::wake::BUNDLED_NEURAL, |h| {
+        companion = h["companion_bytes"].as_u64().unwrap_or(0) as usize;
+        h["companion_bytes"] = 0.into();
+        edit(h);
+    });
+    bytes.truncate(bytes.len() - companion);
     bytes
 }
 
 /// Networks chained into one word file: each announces the length of the next.
 fn chained(networks: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for net in networks.iter().rev() {
-        let len = u32::from_le_bytes(net[8..12].try_into().unwrap()) as usize;
-        let mut header: serde_json::Value = serde_json::from_slice(&net[12..12 + len]).unwrap();
-        header["companion_bytes"] = out.len().into();
-        let header = serde_json::to_vec(&header).unwrap();
-        let mut bytes = net[..8].to_vec();
-        bytes.extend((header.len() as u32).to_le_bytes());
-        bytes.extend(&header);
-        bytes.extend(&net[12 + len..]);
-        bytes.extend(&out);
-        out = bytes;
-    }
-    out
+    networks.iter().rev().fold(Vec::new(), |next, net| {
+        let mut bytes = with_header(net, |h| h["companion_bytes"] = next.len().into());
+        bytes.extend(&next);
+        bytes
+    })
 }
 
 /// The main network's rule (frames) and every point at `threshold`.

@@ -10,9 +10,9 @@ features and logits) for tests/wake.rs.
 
 Usage: calibrate.py OUT.wake CHECK MODEL.wake [MODEL.wake ...]
        calibrate.py --companion OUT.wake MAIN.wake CANDIDATE.wake [CANDIDATE.wake ...]
-         (a calibrated word with a companion network: the candidate, itself a
-         calibrated word, and rule that hear the most dev phrases the main network
-         misses at its medium point without a false wake more than the point allows)
+         (a calibrated word with a companion network: the candidate, a model file of an
+         earlier round, and rule that hear the most dev phrases the main network misses
+         at its medium point without a false wake more than the point allows)
        calibrate.py --measure MODEL.wake ... (measures now; a later run reuses it)
        calibrate.py --gaps MODEL.wake (what a calibrated word's points cost and hear when
          runs go on through short dips, as they do over the echo canceller's output)
@@ -70,13 +70,19 @@ def read_model(path):
     return h, arrays
 
 
-def write_model(path, h, arrays):
+def model_bytes(h, arrays):
     hb = json.dumps(h, indent=1).encode()
+    return b"SSWAKENN" + struct.pack("<I", len(hb)) + hb + b"".join(
+        np.ascontiguousarray(arrays[name], "<f4").tobytes() for name, _ in h["arrays"])
+
+
+def write_model(path, h, arrays, companion=b""):
+    """Writes a network (and the companion network's file after it, if any) atomically."""
+    if companion:
+        h = dict(h, companion_bytes=len(companion))
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
-        f.write(b"SSWAKENN" + struct.pack("<I", len(hb)) + hb)
-        for name, _ in h["arrays"]:
-            f.write(np.ascontiguousarray(arrays[name], "<f4").tobytes())
+        f.write(model_bytes(h, arrays) + companion)
     os.replace(tmp, path)
 
 
@@ -215,15 +221,22 @@ def heard_at(s, e, th, k, gap=0):
     """How long after the true phrase end `e` (s) a dev phrase's scores `s` fire, or None
     when no detection falls from 0.3 s before it to 1 s after. The time of frame t is its
     window's end, (t*HOP + WIN) / SR."""
-    return next((t for t in ((f * HOP + WIN) / SR - e for f, _ in events(s, th, k, gap))
-                 if -0.3 <= t <= 1.0), None)
+    return heard_in([first for first, _ in events(s, th, k, gap)], e)
+
+
+def heard_in(frames, e):
+    """heard_at for detections at these frames."""
+    return next((t for t in ((f * HOP + WIN) / SR - e for f in frames) if -0.3 <= t <= 1.0), None)
+
+
+def clip_runs(clips, k):
+    """Per dev clip, its best k-frame run's lowest score: the clip fires (at least once) at
+    any threshold up to it."""
+    return np.min(np.stack([clips[:, i:clips.shape[1] - k + 1 + i] for i in range(k)]), axis=0).max(axis=1)
 
 
 def rule_table(pos, negs, clips, hours, k):
-    # A clip fires (at least once) at a threshold up to its best k-frame run's lowest
-    # score.
-    runs = np.min(np.stack([clips[:, i:clips.shape[1] - k + 1 + i] for i in range(k)]), axis=0)
-    clip_peak = runs.max(axis=1)
+    clip_peak = clip_runs(clips, k)
     table = []
     for th in THRESHOLDS:
         fa = sum(len(events(s, th, k)) for s in negs)
@@ -299,8 +312,8 @@ def union_count(lists):
 
 
 def companion(dst, main_path, candidates):
-    """Writes MAIN with the companion network chosen among CANDIDATES (calibrated words
-    of earlier rounds): the candidate and rule whose union with the main network hears the
+    """Writes MAIN with the companion network chosen among CANDIDATES (model files of
+    earlier rounds): the candidate and rule whose union with the main network hears the
     most dev phrases at the medium point (groups counting alike), each point's companion
     threshold the lowest at which the pair stays within that point's false wakes (the main
     network's points stay). The main network's dev misses in a quiet room were whole
@@ -310,7 +323,7 @@ def companion(dst, main_path, candidates):
     _, (mpos, mnegs, mclips) = scores_cached(main_path, hm, am)
     hours = sum(len(s) for s in mnegs) * HOP / SR / 3600
     km = hm["min_frames"]
-    mruns = np.min(np.stack([mclips[:, i:mclips.shape[1] - km + 1 + i] for i in range(km)]), axis=0).max(axis=1)
+    mruns = clip_runs(mclips, km)
     targets = {"medium": lambda fa, clips, med: fa <= allowed_false_wakes(hours),
                "high": lambda fa, clips, med: fa <= hours,
                "low": lambda fa, clips, med: fa == 0 and clips <= med // 2}
@@ -325,8 +338,7 @@ def companion(dst, main_path, candidates):
         fired = int((clips | (cruns >= th)).sum())
         by_group = {}
         for (c, g, s, e), mf in zip(cpos, pos):
-            frames = mf + [f for _, f in events(s, th, k)]
-            hit = any(-0.3 <= (f * HOP + WIN) / SR - e <= 1.0 for f in frames)
+            hit = heard_in(mf + [f for _, f in events(s, th, k)], e) is not None
             by_group.setdefault(f"{g} {c}", []).append(hit)
         return fa, fired, {c: float(np.mean(v)) for c, v in by_group.items()}
 
@@ -343,9 +355,9 @@ def companion(dst, main_path, candidates):
         return lo, True
 
     best = None
-    main_bytes = os.path.getsize(main_path) - hm.get("companion_bytes", 0)
+    main_size = os.path.getsize(main_path) - hm.get("companion_bytes", 0)
     for path in candidates:
-        size = main_bytes + os.path.getsize(path)
+        size = main_size + os.path.getsize(path)
         if size > MAX_PAIR_BYTES:
             print(f"{os.path.basename(path)}: the pair would take {size} bytes, more than "
                   f"{MAX_PAIR_BYTES}", flush=True)
@@ -353,7 +365,7 @@ def companion(dst, main_path, candidates):
         hc, ac = read_model(path)
         _, (cpos, cnegs, cclips) = scores_cached(path, hc, ac)
         for k in RULES:
-            cruns = np.min(np.stack([cclips[:, i:cclips.shape[1] - k + 1 + i] for i in range(k)]), axis=0).max(axis=1)
+            cruns = clip_runs(cclips, k)
             i, reached = lowest("medium", cpos, cnegs, cruns, k, 0)
             if not reached:
                 continue
@@ -388,18 +400,7 @@ def companion(dst, main_path, candidates):
     hc.pop("calibration", None)
     hc["companion_of"] = {"model": os.path.basename(main_path), "candidate": os.path.basename(path),
                           "dev_negative_hours": round(hours, 2), "points": report}
-    tmp = dst + ".companion"
-    write_model(tmp, hc, ac)
-    companion_bytes = open(tmp, "rb").read()
-    os.remove(tmp)
-    hm = dict(hm)
-    hm["companion_bytes"] = len(companion_bytes)
-    write_model(dst + ".main", hm, am)
-    main_bytes = open(dst + ".main", "rb").read()
-    os.remove(dst + ".main")
-    with open(dst + ".tmp", "wb") as f:
-        f.write(main_bytes + companion_bytes)
-    os.replace(dst + ".tmp", dst)
+    write_model(dst, hm, am, model_bytes(hc, ac))
     print(json.dumps(hc["companion_of"], indent=1))
     print(f"wrote {dst}: companion {os.path.basename(path)} with min_frames {k}, points {points}")
 
