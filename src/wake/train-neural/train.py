@@ -232,6 +232,14 @@ def export(p, mean, std, path, meta):
 # alone: round 8's recipe with the frequency warp in hertz (every formant by one factor,
 # 0.84-1.19) instead of over the mel bands (dev score 0.744 at best, against 0.797 on 2
 # dev hours; its best rules' medium thresholds 0.88 and 0.93).
+# Tried for the companion network (calibrate.py --companion) and dropped on the dev split
+# alone: round 2's word fine-tuned for 2 epochs at round 8's rate with round 2's labels,
+# adding festival's other-language voices and clips in no room (twice over each) and
+# 3,141 hard stretches mined with it (mine.py's way, repeated four times). At `medium`
+# round 8 has used the point's one dev false wake, so the companion may add none; the
+# mined negatives let its second epoch run at 0.974 where round 2's needs 0.984, yet the
+# pair heard the same dev phrases (score 0.805 against 0.806): neither network hears the
+# espeak voices' phrases the pair misses at `medium` (17% in a quiet room).
 ROUND = os.environ.get("WAKE_ROUND", "")
 BUNDLED = os.path.join(common.REPO, "src", "wake", "hey_strawberry.wake")
 ROUNDS = {"1": ("ft", f"state-c{C}.npz", ["mine"], 4, 5e-4, 25),
