@@ -802,10 +802,7 @@ fn a_companion_network_hears_what_the_main_one_misses() {
     let _cores = cpu::heavy_blocking();
     let (samples, scores) = check_clip_scores();
     let longest = phrase_run(&scores);
-    let heard = |bytes: &[u8], settings: &Settings| {
-        let word = WakeWord::from_bytes(bytes, "mem").unwrap();
-        frames_of(&word, settings, &samples, false)
-    };
+    let heard = |bytes: &[u8], settings: &Settings| file_frames(bytes, settings, &samples);
     let deaf = main_network_with(needing(longest + 1, 0.5));
     let hears = main_network_with(needing(longest, 0.5));
     let medium = Settings::default();
@@ -830,6 +827,113 @@ fn a_companion_network_hears_what_the_main_one_misses() {
     // The word's thresholds are its main network's.
     let word = WakeWord::from_bytes(&chained(&[deaf, hears]), "mem").unwrap();
     assert_eq!(word.threshold(&medium), 0.5);
+}
+
+/// A companion's `agreement` at medium: the main network over `main` for `frames`, the
+/// companion over `companion` for `needed` of the last 100 frames.
+fn agreeing(
+    main: f32,
+    frames: usize,
+    companion: f32,
+    needed: usize,
+) -> impl Fn(&mut serde_json::Value) {
+    move |h| {
+        h["agreement"] = serde_json::json!({
+            "window_frames": 100,
+            "low": null,
+            "medium": {"main": main, "main_frames": frames, "companion": companion, "companion_frames": needed},
+            "high": null,
+        })
+    }
+}
+
+/// Two networks neither of which fires alone fire the word together when the companion's
+/// agreement for the sensitivity holds; not at another sensitivity, nor for an expert's
+/// threshold.
+#[test]
+fn two_networks_agreeing_fire_where_neither_does_alone() {
+    let _cores = cpu::heavy_blocking();
+    let (samples, scores) = check_clip_scores();
+    let longest = phrase_run(&scores);
+    let heard = |bytes: &[u8], settings: &Settings| file_frames(bytes, settings, &samples);
+    let deaf = main_network_with(needing(longest + 1, 0.5));
+    let companion = |edit: &dyn Fn(&mut serde_json::Value)| {
+        main_network_with(|h| {
+            needing(longest + 1, 0.5)(h);
+            edit(h);
+        })
+    };
+    let medium = Settings::default();
+    assert_eq!(
+        heard(&chained(&[deaf.clone(), companion(&|_| {})]), &medium),
+        Vec::<usize>::new()
+    );
+    let agree = chained(&[deaf.clone(), companion(&agreeing(0.5, longest, 0.5, 1))]);
+    assert_eq!(heard(&agree, &medium), vec![longest]);
+    // The main network's run must still reach the agreement's frames.
+    assert_eq!(
+        heard(
+            &chained(&[deaf.clone(), companion(&agreeing(0.5, longest + 1, 0.5, 1))]),
+            &medium
+        ),
+        Vec::<usize>::new()
+    );
+    // A companion that never reaches its agreement threshold does not agree.
+    let peak = scores.iter().copied().fold(0.0f32, f32::max);
+    let over_peak = peak + (1.0 - peak) / 2.0;
+    assert!(over_peak > peak && over_peak <= 1.0, "peak {peak}");
+    assert_eq!(
+        heard(
+            &chained(&[
+                deaf.clone(),
+                companion(&agreeing(0.5, longest, over_peak, 1))
+            ]),
+            &medium
+        ),
+        Vec::<usize>::new()
+    );
+    let high = Settings {
+        sensitivity: Sensitivity::High,
+        ..Settings::default()
+    };
+    let expert = Settings {
+        threshold: Some(0.5),
+        ..Settings::default()
+    };
+    assert_eq!(heard(&agree, &high), Vec::<usize>::new());
+    assert_eq!(heard(&agree, &expert), Vec::<usize>::new());
+}
+
+#[test]
+fn broken_agreements_are_clear_errors() {
+    let _cores = cpu::heavy_blocking();
+    let main = main_network_with(|_| {});
+    let companion = |edit: &dyn Fn(&mut serde_json::Value)| main_network_with(|h| edit(h));
+    let window = |n: usize| {
+        move |h: &mut serde_json::Value| {
+            agreeing(0.5, 10, 0.5, 1)(h);
+            h["agreement"]["window_frames"] = n.into();
+        }
+    };
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (
+            chained(&[main_network_with(agreeing(0.5, 10, 0.5, 1)), main.clone()]),
+            "it belongs in a companion's",
+        ),
+        (
+            chained(&[main.clone(), companion(&window(0))]),
+            "window_frames 0 is not in 1-200",
+        ),
+        (
+            chained(&[main.clone(), companion(&agreeing(0.5, 10, 0.5, 101))]),
+            "agreement frames 10 and 101",
+        ),
+        (
+            chained(&[main.clone(), companion(&agreeing(1.5, 10, 0.5, 1))]),
+            "agreement thresholds 1.5 and 0.5",
+        ),
+    ];
+    refused_saying(cases);
 }
 
 #[test]
@@ -863,14 +967,7 @@ fn broken_companion_networks_are_clear_errors() {
             "4 bytes after the last array",
         ),
     ];
-    for (bytes, says) in cases {
-        let err = WakeWord::from_bytes(&bytes, "x.wake").unwrap_err();
-        let msg = err.to_string();
-        assert!(
-            matches!(err, WakeError::Neural { .. }) && msg.contains(says),
-            "{says}: {msg}"
-        );
-    }
+    refused_saying(cases);
 }
 
 /// The committed check clip and the bundled neural word's score for each of its frames.
@@ -911,6 +1008,29 @@ fn frames_of(word: &WakeWord, settings: &Settings, samples: &[f32], over_echo: b
     let mut found = detector.process(samples);
     found.extend(detector.process(&vec![0.0; SAMPLE_RATE as usize]));
     found.iter().map(|d| d.frames).collect()
+}
+
+/// What a word file's detector finds in `samples` and a second of silence: each
+/// detection's frames.
+fn file_frames(bytes: &[u8], settings: &Settings, samples: &[f32]) -> Vec<usize> {
+    let word = WakeWord::from_bytes(bytes, "mem").unwrap();
+    frames_of(&word, settings, samples, false)
+}
+
+/// Each word file is refused as a broken neural word with an error saying its text, the
+/// file's name and how to make a good one.
+fn refused_saying(cases: Vec<(Vec<u8>, &str)>) {
+    for (bytes, says) in cases {
+        let err = WakeWord::from_bytes(&bytes, "x.wake").unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            matches!(err, WakeError::Neural { .. })
+                && msg.contains("x.wake")
+                && msg.contains(says)
+                && msg.contains("run.sh"),
+            "{says}: {msg}"
+        );
+    }
 }
 
 /// The longest run of the check clip's scores at or over 0.5: the phrase's.
@@ -1019,15 +1139,5 @@ fn broken_neural_word_files_are_clear_errors() {
             "min_frames 0",
         ),
     ];
-    for (bytes, says) in cases {
-        let err = WakeWord::from_bytes(&bytes, "x.wake").unwrap_err();
-        let msg = err.to_string();
-        assert!(
-            matches!(err, WakeError::Neural { .. })
-                && msg.contains("x.wake")
-                && msg.contains(says)
-                && msg.contains("run.sh"),
-            "{says}: {msg}"
-        );
-    }
+    refused_saying(cases);
 }

@@ -23,6 +23,15 @@
 //! score stayed up too few frames for its 24-frame rule; round 2's, with a 12-frame rule
 //! at a high threshold, hears some of them and adds no false wake over the dev split's
 //! ten hours (`calibrate.py --companion`, BENCHMARKS.md "A companion network").
+//!
+//! A companion's header may also give an `agreement` per sensitivity: the main network
+//! over a lower threshold of its own for enough frames, while the companion was over its
+//! threshold for enough of the last frames, fires the word too. Why: alone, each network
+//! needs a threshold its false wakes on ordinary speech allow, and an unseen voice can
+//! score under both; two networks of different training rounds rarely score high on the
+//! same speech, so together they may listen lower. On the dev split it heard 6 more in
+//! 100 of the espeak voices' phrases in a quiet room at `medium`, with no more false wakes
+//! (BENCHMARKS.md, "Two networks agreeing").
 
 use std::sync::Arc;
 
@@ -64,6 +73,8 @@ pub const ECHO_GAP: usize = 6;
 /// Frames under the threshold before the word can fire again (one utterance, one
 /// detection).
 const REARM_FRAMES: usize = 50;
+/// How far back an agreement may look for the companion's frames (2 s).
+const MAX_AGREEMENT_WINDOW: usize = 200;
 
 #[derive(Debug, Deserialize)]
 struct Header {
@@ -94,6 +105,9 @@ struct Header {
     /// none).
     #[serde(default)]
     companion_bytes: usize,
+    /// A companion's rule with the main network (none: it fires on its own rule only).
+    #[serde(default)]
+    agreement: Option<AgreementPoints>,
 }
 
 fn default_min_frames() -> usize {
@@ -116,6 +130,63 @@ impl OperatingPoints {
             Sensitivity::Medium => self.medium,
             Sensitivity::High => self.high,
         }
+    }
+}
+
+/// When a companion and the main network fire the word together, per sensitivity (none
+/// at a sensitivity: not there).
+#[derive(Debug, Clone, Copy, Deserialize)]
+struct AgreementPoints {
+    /// The frames the companion's are counted over, the current one included.
+    window_frames: usize,
+    low: Option<Agreement>,
+    medium: Option<Agreement>,
+    high: Option<Agreement>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+struct Agreement {
+    /// The main network's threshold and frames for this rule (a run, as its own rule's).
+    main: f32,
+    main_frames: usize,
+    /// The companion's threshold, and how many frames of the window must be over it.
+    companion: f32,
+    companion_frames: usize,
+}
+
+impl AgreementPoints {
+    fn at(&self, sensitivity: Sensitivity) -> Option<Agreement> {
+        match sensitivity {
+            Sensitivity::Low => self.low,
+            Sensitivity::Medium => self.medium,
+            Sensitivity::High => self.high,
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if !(1..=MAX_AGREEMENT_WINDOW).contains(&self.window_frames) {
+            return Err(format!(
+                "agreement window_frames {} is not in 1-{MAX_AGREEMENT_WINDOW}",
+                self.window_frames
+            ));
+        }
+        for a in [self.low, self.medium, self.high].into_iter().flatten() {
+            if !(0.0..=1.0).contains(&a.main) || !(0.0..=1.0).contains(&a.companion) {
+                return Err(format!(
+                    "agreement thresholds {} and {} are not both in 0-1",
+                    a.main, a.companion
+                ));
+            }
+            if !(1..=MAX_MIN_FRAMES).contains(&a.main_frames)
+                || !(1..=self.window_frames).contains(&a.companion_frames)
+            {
+                return Err(format!(
+                    "agreement frames {} and {} are not in 1-{MAX_MIN_FRAMES} and 1-{} (the window)",
+                    a.main_frames, a.companion_frames, self.window_frames
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -177,6 +248,7 @@ struct Network {
     min_frames: usize,
     end_offset: u64,
     phrase: u64,
+    agreement: Option<AgreementPoints>,
 }
 
 impl std::fmt::Debug for Model {
@@ -198,6 +270,11 @@ impl Model {
             ));
         }
         let (name, front, main, mut companion, mut rest) = parse_network(bytes)?;
+        if main.agreement.is_some() {
+            return Err(
+                "the main network's header has an agreement: it belongs in a companion's".into(),
+            );
+        }
         let mut networks = vec![main];
         // What follows a network's arrays is its companion's file, that network's own
         // companions included: exactly `companion_bytes`.
@@ -327,6 +404,9 @@ fn parse_network(bytes: &[u8]) -> Result<Parsed<'_>, String> {
             h.min_frames
         ));
     }
+    if let Some(a) = &h.agreement {
+        a.check()?;
+    }
     let (c, m) = (h.channels, h.n_mels);
     let mut expected: Vec<(String, Vec<usize>)> = vec![
         ("mean".into(), vec![m]),
@@ -413,6 +493,7 @@ fn parse_network(bytes: &[u8]) -> Result<Parsed<'_>, String> {
             min_frames: h.min_frames,
             end_offset: u64::from(h.end_offset_ms) * u64::from(SAMPLE_RATE) / 1000,
             phrase: u64::from(h.phrase_ms) * u64::from(SAMPLE_RATE) / 1000,
+            agreement: h.agreement,
         },
         h.companion_bytes,
         data,
@@ -505,20 +586,18 @@ pub(super) struct Runner {
     /// The networks listening, in the model's order (the main one alone for an
     /// expert's threshold).
     nets: Vec<NetState>,
+    /// The companions' agreements with the main network at this sensitivity.
+    agreements: Vec<AgreementState>,
+    /// This frame's score of each network.
+    scores: Vec<f32>,
     /// Frames under the threshold a run goes on through (0: consecutive frames).
     max_gap: usize,
 }
 
-/// One network's state in a runner.
-struct NetState {
+/// A rule over one network's scores: a run of frames over a threshold fires.
+struct Rule {
     threshold: f32,
-    input: History,
-    hidden: Vec<History>,
-    /// The current frame normalised with the network's statistics.
-    normalised: Vec<f32>,
-    column: Vec<f32>,
-    next: Vec<f32>,
-    mixed: Vec<f32>,
+    min_frames: usize,
     /// The current run: its frames (a dip it went on through included), the frames
     /// under the threshold since its last frame over it, its best score and where its
     /// first frame ended.
@@ -526,9 +605,32 @@ struct NetState {
     dip: usize,
     best: f32,
     first_end: u64,
-    /// Frames under the threshold since the last detection (`None`: armed).
+    /// Frames under the threshold since the rule last fired (`None`: armed).
     rearm: Option<usize>,
+}
+
+/// One network's state in a runner.
+struct NetState {
+    rule: Rule,
+    input: History,
+    hidden: Vec<History>,
+    /// The current frame normalised with the network's statistics.
+    normalised: Vec<f32>,
+    column: Vec<f32>,
+    next: Vec<f32>,
+    mixed: Vec<f32>,
     peak: Option<(f32, u64)>,
+}
+
+/// A companion's agreement listening: the main network's run under its own rule for it,
+/// and which of the companion's last frames were over its threshold.
+struct AgreementState {
+    companion: usize,
+    main: Rule,
+    threshold: f32,
+    needed: usize,
+    window: std::collections::VecDeque<bool>,
+    window_frames: usize,
 }
 
 impl Runner {
@@ -543,12 +645,33 @@ impl Runner {
                 .collect(),
             Listen::Threshold(t) => vec![t],
         };
-        let nets = model
+        let nets: Vec<NetState> = model
             .networks
             .iter()
             .zip(thresholds)
             .map(|(n, threshold)| NetState::new(n, model.n_mels, threshold))
             .collect();
+        let agreements = match listen {
+            Listen::At(sensitivity) => model
+                .networks
+                .iter()
+                .enumerate()
+                .skip(1)
+                .filter_map(|(companion, n)| {
+                    let points = n.agreement?;
+                    let a = points.at(sensitivity)?;
+                    Some(AgreementState {
+                        companion,
+                        main: Rule::new(a.main, a.main_frames),
+                        threshold: a.companion,
+                        needed: a.companion_frames,
+                        window: std::collections::VecDeque::with_capacity(points.window_frames),
+                        window_frames: points.window_frames,
+                    })
+                })
+                .collect(),
+            Listen::Threshold(_) => Vec::new(),
+        };
         Runner {
             fft,
             spectrum: vec![Complex32::default(); NFFT],
@@ -556,7 +679,9 @@ impl Runner {
             audio: Vec::with_capacity(WIN + 512),
             audio_at: position,
             log_mel: vec![0.0; model.n_mels],
+            scores: vec![0.0; nets.len()],
             nets,
+            agreements,
             max_gap: 0,
             model,
         }
@@ -568,7 +693,7 @@ impl Runner {
 
     /// The main network's threshold.
     pub(super) fn threshold(&self) -> f32 {
-        self.nets[0].threshold
+        self.nets[0].rule.threshold
     }
 
     /// The main network's highest score so far and where its phrase ended.
@@ -585,9 +710,11 @@ impl Runner {
             for h in &mut net.hidden {
                 h.clear();
             }
-            net.over = 0;
-            net.dip = 0;
-            net.rearm = None;
+            net.rule.reset();
+        }
+        for a in &mut self.agreements {
+            a.main.reset();
+            a.window.clear();
         }
     }
 
@@ -607,9 +734,17 @@ impl Runner {
             self.front_end(used);
             used += HOP;
             let mut fired = None;
-            for (net, network) in self.nets.iter_mut().zip(&self.model.networks) {
-                let score = sigmoid(net.frame(network, &self.log_mel));
-                let decided = net.decide(network, &self.model.name, score, end, self.max_gap);
+            let networks = &self.model.networks;
+            for ((net, network), score) in self.nets.iter_mut().zip(networks).zip(&mut self.scores)
+            {
+                *score = sigmoid(net.frame(network, &self.log_mel));
+                let decided = net.decide(network, &self.model.name, *score, end, self.max_gap);
+                if let Some(d) = decided {
+                    fired.get_or_insert(d);
+                }
+            }
+            for a in &mut self.agreements {
+                let decided = a.decide(&self.scores, networks, &self.model.name, end, self.max_gap);
                 if let Some(d) = decided {
                     fired.get_or_insert(d);
                 }
@@ -617,7 +752,10 @@ impl Runner {
             if let Some(d) = fired {
                 // One utterance, one detection: every network waits to re-arm.
                 for net in &mut self.nets {
-                    net.disarm();
+                    net.rule.disarm();
+                }
+                for a in &mut self.agreements {
+                    a.main.disarm();
                 }
                 found.get_or_insert(d);
             }
@@ -670,28 +808,23 @@ impl Runner {
     }
 }
 
-impl NetState {
-    fn new(network: &Network, n_mels: usize, threshold: f32) -> NetState {
-        let c = network.channels;
-        NetState {
+impl Rule {
+    fn new(threshold: f32, min_frames: usize) -> Rule {
+        Rule {
             threshold,
-            input: History::new(n_mels, 3),
-            hidden: network
-                .blocks
-                .iter()
-                .map(|b| History::new(c, 2 * b.dilation + 1))
-                .collect(),
-            normalised: vec![0.0; n_mels],
-            column: vec![0.0; c],
-            next: vec![0.0; c],
-            mixed: vec![0.0; c],
+            min_frames,
             over: 0,
             dip: 0,
             best: 0.0,
             first_end: 0,
             rearm: None,
-            peak: None,
         }
+    }
+
+    fn reset(&mut self) {
+        self.over = 0;
+        self.dip = 0;
+        self.rearm = None;
     }
 
     /// Waits for the score to stay under the threshold before it can fire again.
@@ -701,18 +834,9 @@ impl NetState {
         self.rearm = Some(0);
     }
 
-    fn decide(
-        &mut self,
-        m: &Network,
-        name: &str,
-        score: f32,
-        end: u64,
-        max_gap: usize,
-    ) -> Option<Detection> {
-        let phrase_end = end.saturating_sub(m.end_offset);
-        if self.peak.is_none_or(|(s, _)| score > s) {
-            self.peak = Some((score, phrase_end));
-        }
+    /// Takes a frame's score; when the run reaches the rule's frames, returns its frames,
+    /// best score and where its first frame's phrase ended.
+    fn step(&mut self, score: f32, phrase_end: u64, max_gap: usize) -> Option<(usize, f32, u64)> {
         let over = score >= self.threshold;
         if let Some(under) = self.rearm.as_mut() {
             *under = if over { 0 } else { *under + 1 };
@@ -738,20 +862,89 @@ impl NetState {
         self.over += self.dip + 1;
         self.dip = 0;
         self.best = self.best.max(score);
-        if self.over < m.min_frames {
-            return None;
+        (self.over >= self.min_frames).then_some((self.over, self.best, self.first_end))
+    }
+}
+
+/// The detection a run of the network `m` makes, decided at `end`.
+fn detection(
+    m: &Network,
+    name: &str,
+    (frames, best, first_end): (usize, f32, u64),
+    end: u64,
+) -> Detection {
+    Detection {
+        name: name.to_string(),
+        score: best,
+        avg_score: best,
+        start: first_end.saturating_sub(m.phrase),
+        end: first_end,
+        fired_at: end,
+        frames,
+        proximity_db: 0.0,
+    }
+}
+
+impl AgreementState {
+    /// Takes every network's score of a frame decided at `end`; the main network's run
+    /// fires the word when the companion was over its threshold for enough of the
+    /// window's frames, and either way waits to re-arm, as a network's own rule does.
+    fn decide(
+        &mut self,
+        scores: &[f32],
+        networks: &[Network],
+        name: &str,
+        end: u64,
+        max_gap: usize,
+    ) -> Option<Detection> {
+        if self.window.len() == self.window_frames {
+            self.window.pop_front();
         }
-        let frames = self.over;
-        Some(Detection {
-            name: name.to_string(),
-            score: self.best,
-            avg_score: self.best,
-            start: self.first_end.saturating_sub(m.phrase),
-            end: self.first_end,
-            fired_at: end,
-            frames,
-            proximity_db: 0.0,
-        })
+        self.window
+            .push_back(scores[self.companion] >= self.threshold);
+        let m = &networks[0];
+        let run = self
+            .main
+            .step(scores[0], end.saturating_sub(m.end_offset), max_gap)?;
+        self.main.disarm();
+        let agreed = self.window.iter().filter(|&&over| over).count() >= self.needed;
+        agreed.then(|| detection(m, name, run, end))
+    }
+}
+
+impl NetState {
+    fn new(network: &Network, n_mels: usize, threshold: f32) -> NetState {
+        let c = network.channels;
+        NetState {
+            rule: Rule::new(threshold, network.min_frames),
+            input: History::new(n_mels, 3),
+            hidden: network
+                .blocks
+                .iter()
+                .map(|b| History::new(c, 2 * b.dilation + 1))
+                .collect(),
+            normalised: vec![0.0; n_mels],
+            column: vec![0.0; c],
+            next: vec![0.0; c],
+            mixed: vec![0.0; c],
+            peak: None,
+        }
+    }
+
+    fn decide(
+        &mut self,
+        m: &Network,
+        name: &str,
+        score: f32,
+        end: u64,
+        max_gap: usize,
+    ) -> Option<Detection> {
+        let phrase_end = end.saturating_sub(m.end_offset);
+        if self.peak.is_none_or(|(s, _)| score > s) {
+            self.peak = Some((score, phrase_end));
+        }
+        let run = self.rule.step(score, phrase_end, max_gap)?;
+        Some(detection(m, name, run, end))
     }
 
     /// Runs the current frame's features through the network; returns its logit.

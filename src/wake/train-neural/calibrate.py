@@ -12,7 +12,9 @@ Usage: calibrate.py OUT.wake CHECK MODEL.wake [MODEL.wake ...]
        calibrate.py --companion OUT.wake MAIN.wake CANDIDATE.wake [CANDIDATE.wake ...]
          (a calibrated word with a companion network: the candidate, a model file of an
          earlier round, and rule that hear the most dev phrases the main network misses
-         at its medium point without a false wake more than the point allows)
+         at its medium point without a false wake more than the point allows; then, at
+         medium and high, the agreement rule of the two that hears the most dev phrases
+         within the point's false wakes, if one hears more than the pair alone)
        calibrate.py --measure MODEL.wake ... (measures now; a later run reuses it)
        calibrate.py --gaps MODEL.wake (what a calibrated word's points cost and hear when
          runs go on through short dips, as they do over the echo canceller's output)
@@ -53,6 +55,14 @@ MAX_PAIR_BYTES = 2 * 1024 * 1024 // 3
 GROUPS = ("espeak", "flite", "festival")
 # Thresholds tried, even in logit space (scores crowd near 1).
 THRESHOLDS = 1 / (1 + np.exp(-np.arange(-1.0, 10.0, 0.125)))
+# A companion's agreement with the main network (src/wake/neural.rs): the main network's
+# run of AGREE_RULES frames over a threshold under its own point's, from 0.5 up, fires the
+# word when the companion was over its threshold (AGREE_THRESHOLDS) for AGREE_FRAMES of
+# the last AGREE_WINDOW frames (1 s, the current one included).
+AGREE_WINDOW = 100
+AGREE_RULES = (8, 12, 16, 20, 24)
+AGREE_FRAMES = (1, 3, 6, 12)
+AGREE_THRESHOLDS = 1 / (1 + np.exp(-np.arange(2.0, 7.01, 0.5)))
 
 
 def read_model(path):
@@ -311,6 +321,60 @@ def union_count(lists):
     return n
 
 
+def agreement_events(ms, cs, th, k):
+    """The frames a main network's run of `k` over `th` fires its agreement rule at (with
+    its re-arming, as events()), each with the companion's n-th highest score in the
+    window ending there for each n of AGREE_FRAMES: the rule fires the word there when
+    that score is at or over the companion's threshold."""
+    out = []
+    for _, f in events(ms, th, k):
+        w = np.sort(cs[max(0, f - AGREE_WINDOW + 1): f + 1])[::-1]
+        out.append((f, [float(w[n - 1]) if len(w) >= n else -1.0 for n in AGREE_FRAMES]))
+    return out
+
+
+def agreement(name, th_main, base_negs, base_pos, mpos, mnegs, cpos, cnegs, ok, hours):
+    """The agreement rule that hears the most dev phrases at one point (groups counting
+    alike) with the pair's detections there (`base_negs`, `base_pos`: their fire frames)
+    within the point's false wakes (`ok`), or None when none hears more than the pair.
+    Of rules that hear alike, the first tried: higher thresholds and more frames first."""
+    def score_of(by_group):
+        return float(np.mean([np.mean([v for c, v in by_group.items() if c.startswith(g + " ")])
+                              for g in GROUPS if any(c.startswith(g + " ") for c in by_group)]))
+
+    def judge(nev, pev, j, t2):
+        fa = sum(union_count([b, [f for f, v in ev if v[j] >= t2]]) for b, ev in zip(base_negs, nev))
+        if not ok(fa):
+            return None
+        by_group = {}
+        for (c, g, _, e), b, ev in zip(mpos, base_pos, pev):
+            hit = heard_in(b + [f for f, v in ev if v[j] >= t2], e) is not None
+            by_group.setdefault(f"{g} {c}", []).append(hit)
+        return score_of(by_group), fa, {c: float(np.mean(v)) for c, v in by_group.items()}
+
+    best = judge([[]] * len(base_negs), [[]] * len(base_pos), 0, 1.0) or (-1.0, None, None)
+    chosen = None
+    for t1 in sorted((t for t in THRESHOLDS if 0.5 <= t < th_main), reverse=True):
+        for k1 in AGREE_RULES:
+            nev = [agreement_events(m, c, t1, k1) for m, c in zip(mnegs, cnegs)]
+            pev = [agreement_events(m[2], c[2], t1, k1) for m, c in zip(mpos, cpos)]
+            for j in reversed(range(len(AGREE_FRAMES))):
+                for t2 in AGREE_THRESHOLDS[::-1]:
+                    r = judge(nev, pev, j, t2)
+                    if r is not None and r[0] > best[0] + 1e-9:
+                        best = r
+                        chosen = {"main": round(float(t1), 5), "main_frames": k1,
+                                  "companion": round(float(t2), 5),
+                                  "companion_frames": AGREE_FRAMES[j]}
+    if chosen is None:
+        return None, None
+    score, fa, by_group = best
+    print(f"{name}: agreement {chosen}: {fa} false wakes in {hours:.2f} h, dev detection "
+          f"{fmt(by_group)} score {score:.3f}", flush=True)
+    return chosen, {"false_wakes_per_hour": round(fa / hours, 3), "score": round(score, 3),
+                    "recall_by_voices": {c: round(v, 3) for c, v in by_group.items()}}
+
+
 def companion(dst, main_path, candidates):
     """Writes MAIN with the companion network chosen among CANDIDATES (model files of
     earlier rounds): the candidate and rule whose union with the main network hears the
@@ -389,6 +453,18 @@ def companion(dst, main_path, candidates):
         report[name] = {"threshold": points[name], "reached": reached,
                         "false_wakes_per_hour": round(fa / hours, 3), "false_wakes_in_clips": fired,
                         "recall_by_voices": {c: round(v, 3) for c, v in by_group.items()}}
+    # With the pair chosen, each point's agreement (none at low, whose target also counts
+    # the dev clips' confusable phrases).
+    agree = {"window_frames": AGREE_WINDOW, "low": None}
+    for name in ("medium", "high"):
+        th_main, target = hm["operating_points"][name], targets[name]
+        base_negs = [a + [f for _, f in events(s, points[name], k)]
+                     for a, s in zip(main_fires[name][0], cnegs)]
+        base_pos = [a + [f for _, f in events(s, points[name], k)]
+                    for a, (_, _, s, _) in zip(main_fires[name][1], cpos)]
+        agree[name], report[name]["agreement"] = agreement(
+            name, th_main, base_negs, base_pos, mpos, mnegs, cpos, cnegs,
+            lambda fa: target(fa, 0, med_clips), hours)
     # The companion's own timing: how long after the phrase its score fires at medium.
     offsets = [t for _, _, s, e in cpos
                if (t := heard_at(s, e, points["medium"], k)) is not None] or [0.1]
@@ -397,6 +473,8 @@ def companion(dst, main_path, candidates):
     hc["min_frames"] = k
     hc["end_offset_ms"] = int(round(max(0.0, float(np.median(offsets))) * 1000))
     hc["phrase_ms"] = hm["phrase_ms"]
+    if agree["medium"] or agree["high"]:
+        hc["agreement"] = agree
     hc.pop("calibration", None)
     hc["companion_of"] = {"model": os.path.basename(main_path), "candidate": os.path.basename(path),
                           "dev_negative_hours": round(hours, 2), "points": report}

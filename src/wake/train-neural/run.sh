@@ -118,6 +118,10 @@
 #                           on the dev recordings (~4 min a model under that load), then
 #                           every rule of each; rounds 3 and 7 make a pair over 2/3 MB,
 #                           and of the rest it chose round 2's word, 12 frames
+#   calibrate.py --companion  ~20 s  (later that day, on the cached dev scores) the same
+#                           choice, then each point's agreement of the two networks
+#                           (src/wake/neural.rs): at medium, round 8 over 0.755 for 16
+#                           frames while round 2 was over 0.924 for 12 of the last 100
 # In this script round 5 fine-tunes the run's own round 3 with its own mining.
 # About 6 h 30 min in all (rounds 6-8 about 1 h 20 min), and the stop word ~40 min more.
 # Everything is cached under $WAKE_CACHE (default ~/.cache/strawberry/wake/neural; the
@@ -164,6 +168,8 @@ nice -n 19 python3 calibrate.py "$repo/src/wake/hey_strawberry.wake" "$repo/test
 # the pair under 2/3 MB (the 64-channel ones of the first rounds), the one that, with its
 # own rule at a high threshold, hears the most dev phrases round 8 misses within each
 # point's false wakes. Round 2's fourth epoch was (BENCHMARKS.md, "A companion network").
+# Then, at medium and high, the rule of the two agreeing that hears the most dev phrases
+# within the point's false wakes (BENCHMARKS.md, "Two networks agreeing").
 nice -n 19 python3 calibrate.py --companion "$repo/src/wake/hey_strawberry.wake" \
   "$repo/src/wake/hey_strawberry.wake" "$cache/train/hey_strawberry-c64.wake" \
   "$cache/train/hey_strawberry-c64-ft.wake" "$cache"/train/hey_strawberry-c64-ft2-e*.wake
