@@ -310,6 +310,13 @@ def gaps(path):
                   flush=True)
 
 
+def group_score(recall):
+    """The mean over dev voice groups of each group's mean detection over rooms (recall
+    keyed "GROUP ROOM"): every group counts alike."""
+    return float(np.mean([np.mean([v for c, v in recall.items() if c.startswith(g + " ")])
+                          for g in GROUPS if any(c.startswith(g + " ") for c in recall)]))
+
+
 def union_count(lists):
     """Detections of a word whose networks fire at these frames: after one fires, every
     network waits to re-arm (src/wake/neural.rs), taken here as fires within two re-arm
@@ -337,11 +344,9 @@ def agreement(name, th_main, base_negs, base_pos, mpos, mnegs, cpos, cnegs, ok, 
     """The agreement rule that hears the most dev phrases at one point (groups counting
     alike) with the pair's detections there (`base_negs`, `base_pos`: their fire frames)
     within the point's false wakes (`ok`), or None when none hears more than the pair.
-    Of rules that hear alike, the first tried: higher thresholds and more frames first."""
-    def score_of(by_group):
-        return float(np.mean([np.mean([v for c, v in by_group.items() if c.startswith(g + " ")])
-                              for g in GROUPS if any(c.startswith(g + " ") for c in by_group)]))
-
+    Of rules that hear alike, the first tried: the main network's higher thresholds first,
+    then its shorter runs (sooner), then more of the companion's frames and its higher
+    thresholds."""
     def judge(nev, pev, j, t2):
         fa = sum(union_count([b, [f for f, v in ev if v[j] >= t2]]) for b, ev in zip(base_negs, nev))
         if not ok(fa):
@@ -350,7 +355,8 @@ def agreement(name, th_main, base_negs, base_pos, mpos, mnegs, cpos, cnegs, ok, 
         for (c, g, _, e), b, ev in zip(mpos, base_pos, pev):
             hit = heard_in(b + [f for f, v in ev if v[j] >= t2], e) is not None
             by_group.setdefault(f"{g} {c}", []).append(hit)
-        return score_of(by_group), fa, {c: float(np.mean(v)) for c, v in by_group.items()}
+        recall = {c: float(np.mean(v)) for c, v in by_group.items()}
+        return group_score(recall), fa, recall
 
     best = judge([[]] * len(base_negs), [[]] * len(base_pos), 0, 1.0) or (-1.0, None, None)
     chosen = None
@@ -434,9 +440,7 @@ def companion(dst, main_path, candidates):
             if not reached:
                 continue
             fa, fired, by_group = pair("medium", cpos, cnegs, cruns, THRESHOLDS[i], k)
-            per = [np.mean([v for c, v in by_group.items() if c.startswith(g + " ")])
-                   for g in GROUPS if any(c.startswith(g + " ") for c in by_group)]
-            score = float(np.mean(per))
+            score = group_score(by_group)
             print(f"{os.path.basename(path)} min_frames {k}: medium th {THRESHOLDS[i]:.4f} with the "
                   f"main network: {fa} false wakes in {hours:.2f} h, dev detection {fmt(by_group)} "
                   f"score {score:.3f}", flush=True)
@@ -502,11 +506,8 @@ def main():
         for k, table in tables.items():
             pts = points(table, hours)
             by_group = pts["medium"][0][5]
-            # Each group's mean over the rooms, then the groups' mean: the few flite and
-            # festival voices count as much as the espeak ones.
-            per = [np.mean([v for c, v in by_group.items() if c.startswith(g + " ")])
-                   for g in GROUPS if any(c.startswith(g + " ") for c in by_group)]
-            score = float(np.mean(per)) if pts["medium"][1] else -1.0
+            # The few flite and festival voices count as much as the espeak ones.
+            score = group_score(by_group) if pts["medium"][1] else -1.0
             print(f"{os.path.basename(path)} min_frames {k}: medium th {pts['medium'][0][0]:.4f} "
                   f"(reached {pts['medium'][1]}) dev detection {fmt(by_group)} score {score:.3f}; "
                   f"high {pts['high'][0][0]:.4f} {fmt(pts['high'][0][5])}", flush=True)
