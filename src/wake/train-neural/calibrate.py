@@ -328,6 +328,21 @@ def union_count(lists):
     return n
 
 
+def union_false_wakes(base, extra):
+    """Dev false wakes of a word whose rules fire at `base` and `extra` frames (per
+    negative file)."""
+    return sum(union_count([b, x]) for b, x in zip(base, extra))
+
+
+def union_recall(pos, base, extra):
+    """Dev detection by "GROUP ROOM" of a word whose rules fire at `base` and `extra`
+    frames (per dev phrase; `pos`: the dev phrases' room, group and phrase end)."""
+    by_group = {}
+    for (c, g, _, e), b, x in zip(pos, base, extra):
+        by_group.setdefault(f"{g} {c}", []).append(heard_in(b + x, e) is not None)
+    return {c: float(np.mean(v)) for c, v in by_group.items()}
+
+
 def agreement_events(ms, cs, th, k):
     """The frames a main network's run of `k` over `th` fires its agreement rule at (with
     its re-arming, as events()), each with the companion's n-th highest score in the
@@ -348,14 +363,10 @@ def agreement(name, th_main, base_negs, base_pos, mpos, mnegs, cpos, cnegs, ok, 
     then its shorter runs (sooner), then more of the companion's frames and its higher
     thresholds."""
     def judge(nev, pev, j, t2):
-        fa = sum(union_count([b, [f for f, v in ev if v[j] >= t2]]) for b, ev in zip(base_negs, nev))
+        fa = union_false_wakes(base_negs, [[f for f, v in ev if v[j] >= t2] for ev in nev])
         if not ok(fa):
             return None
-        by_group = {}
-        for (c, g, _, e), b, ev in zip(mpos, base_pos, pev):
-            hit = heard_in(b + [f for f, v in ev if v[j] >= t2], e) is not None
-            by_group.setdefault(f"{g} {c}", []).append(hit)
-        recall = {c: float(np.mean(v)) for c, v in by_group.items()}
+        recall = union_recall(mpos, base_pos, [[f for f, v in ev if v[j] >= t2] for ev in pev])
         return group_score(recall), fa, recall
 
     best = judge([[]] * len(base_negs), [[]] * len(base_pos), 0, 1.0) or (-1.0, None, None)
@@ -404,13 +415,9 @@ def companion(dst, main_path, candidates):
 
     def pair(name, cpos, cnegs, cruns, th, k):
         negs, pos, clips = main_fires[name]
-        fa = sum(union_count([a, [f for _, f in events(s, th, k)]]) for a, s in zip(negs, cnegs))
+        fa = union_false_wakes(negs, [[f for _, f in events(s, th, k)] for s in cnegs])
         fired = int((clips | (cruns >= th)).sum())
-        by_group = {}
-        for (c, g, s, e), mf in zip(cpos, pos):
-            hit = heard_in(mf + [f for _, f in events(s, th, k)], e) is not None
-            by_group.setdefault(f"{g} {c}", []).append(hit)
-        return fa, fired, {c: float(np.mean(v)) for c, v in by_group.items()}
+        return fa, fired, union_recall(cpos, pos, [[f for _, f in events(s, th, k)] for _, _, s, _ in cpos])
 
     def lowest(name, cpos, cnegs, cruns, k, med_clips):
         # Each point's false wakes fall as the threshold rises: bisect for the lowest
