@@ -970,6 +970,63 @@ fn broken_companion_networks_are_clear_errors() {
     refused_saying(cases);
 }
 
+/// A one-network word file with its weights rounded to half floats, stored as f32 and as
+/// f16 (its header's `dtype`).
+fn rounded_to_half(file: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let len = u32::from_le_bytes(file[8..12].try_into().unwrap()) as usize;
+    let halves: Vec<half::f16> = file[12 + len..]
+        .chunks_exact(4)
+        .map(|b| half::f16::from_f32(f32::from_le_bytes(b.try_into().unwrap())))
+        .collect();
+    let mut as_f32 = file[..12 + len].to_vec();
+    as_f32.extend(halves.iter().flat_map(|v| v.to_f32().to_le_bytes()));
+    let mut as_f16 = with_header(&file[..12 + len], |h| h["dtype"] = "f16".into());
+    as_f16.extend(halves.iter().flat_map(|v| v.to_le_bytes()));
+    (as_f32, as_f16)
+}
+
+/// A network stored in half floats is the network of its weights so rounded, in half the
+/// bytes, alone or as a companion; a broken one is a clear error.
+#[test]
+fn half_float_networks_load_as_their_rounded_weights() {
+    let _cores = cpu::heavy_blocking();
+    let main = main_network_with(|_| {});
+    let (as_f32, as_f16) = rounded_to_half(&main);
+    assert!(
+        as_f16.len() * 10 < as_f32.len() * 6,
+        "{} bytes",
+        as_f16.len()
+    );
+    let samples =
+        read_16k(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/wake/neural-check.wav"));
+    let logits = |bytes: &[u8]| {
+        WakeWord::from_bytes(bytes, "mem")
+            .unwrap()
+            .trace(&samples)
+            .unwrap()
+            .logits
+    };
+    let rounded = logits(&as_f16);
+    assert_eq!(rounded, logits(&as_f32));
+    // The rounding is real, and the check clip's phrase is still heard.
+    assert_ne!(rounded, logits(&main));
+    assert!(rounded.iter().any(|&l| l > 0.0));
+    let pair = chained(&[main.clone(), as_f16.clone()]);
+    assert!(WakeWord::from_bytes(&pair, "mem").unwrap().is_neural());
+    let mut infinite = as_f16.clone();
+    let last = infinite.len() - 2;
+    infinite[last..].copy_from_slice(&half::f16::INFINITY.to_le_bytes());
+    refused_saying(vec![
+        (with_header(&as_f16, |h| h["dtype"] = "f8".into()), "f8"),
+        (as_f16[..as_f16.len() - 1].to_vec(), "cut short"),
+        (infinite, "non-finite"),
+        (
+            chained(&[main, as_f16[..as_f16.len() - 2].to_vec()]),
+            "companion network 1: array",
+        ),
+    ]);
+}
+
 /// The committed check clip and the bundled neural word's score for each of its frames.
 fn check_clip_scores() -> (Vec<f32>, Vec<f32>) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/wake");

@@ -15,7 +15,9 @@
 //! whole clip, up to float rounding (`tests/wake.rs` compares the two on a fixed clip).
 //!
 //! The file: the 8 bytes `SSWAKENN`, a little-endian u32 header length, a JSON header
-//! (front end, shapes, measured operating points), then the f32 arrays it lists. A
+//! (front end, shapes, measured operating points), then the arrays it lists, f32 or, when
+//! the header's `dtype` is `"f16"`, half floats (widened to f32 on loading: half the
+//! bytes for a network whose scores were measured with its weights so rounded). A
 //! header's `companion_bytes` says that another such file follows: a companion network
 //! listening for the same phrase with its own rule, and the word fires when any of its
 //! networks does, once an utterance. Why: networks of different training rounds miss
@@ -31,7 +33,10 @@
 //! score under both; two networks of different training rounds rarely score high on the
 //! same speech, so together they may listen lower. On the dev split it heard 6 more in
 //! 100 of the espeak voices' phrases in a quiet room at `medium`, with no more false wakes
-//! (BENCHMARKS.md, "Two networks agreeing").
+//! (BENCHMARKS.md, "Two networks agreeing"). Each companion has its own agreement with
+//! the main network. Half floats let a word carry a third network within its size
+//! limit; one was measured and not bundled, as it woke on a sentence of the test suite's
+//! other speech (BENCHMARKS.md, "A third network").
 
 use std::sync::Arc;
 
@@ -108,6 +113,33 @@ struct Header {
     /// A companion's rule with the main network (none: it fires on its own rule only).
     #[serde(default)]
     agreement: Option<AgreementPoints>,
+    /// How the arrays are stored.
+    #[serde(default)]
+    dtype: Dtype,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Dtype {
+    #[default]
+    F32,
+    F16,
+}
+
+impl Dtype {
+    fn width(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::F16 => 2,
+        }
+    }
+
+    fn read(self, raw: &[u8]) -> f32 {
+        match self {
+            Dtype::F32 => f32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]),
+            Dtype::F16 => half::f16::from_le_bytes([raw[0], raw[1]]).to_f32(),
+        }
+    }
 }
 
 fn default_min_frames() -> usize {
@@ -441,14 +473,12 @@ fn parse_network(bytes: &[u8]) -> Result<Parsed<'_>, String> {
     let mut arrays = std::collections::HashMap::new();
     for (name, shape) in &h.arrays {
         let n: usize = shape.iter().product();
+        let width = h.dtype.width();
         let (raw, rest) = data
-            .split_at_checked(n * 4)
+            .split_at_checked(n * width)
             .ok_or_else(|| format!("array {name} is cut short"))?;
         data = rest;
-        let values: Vec<f32> = raw
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+        let values: Vec<f32> = raw.chunks_exact(width).map(|b| h.dtype.read(b)).collect();
         if values.iter().any(|v| !v.is_finite()) {
             return Err(format!("array {name} holds non-finite values"));
         }

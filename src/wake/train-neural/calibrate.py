@@ -14,7 +14,13 @@ Usage: calibrate.py OUT.wake CHECK MODEL.wake [MODEL.wake ...]
          earlier round, and rule that hear the most dev phrases the main network misses
          at its medium point without a false wake more than the point allows; then, at
          medium and high, the agreement rule of the two that hears the most dev phrases
-         within the point's false wakes, if one hears more than the pair alone)
+         within the point's false wakes, if one hears more than the pair alone; of several
+         candidates, the one whose word hears most at medium with its agreement)
+       calibrate.py --another OUT.wake WORD.wake CANDIDATE.wake [CANDIDATE.wake ...]
+         (as --companion, keeping WORD's companions, rules and agreements: one more
+         network, within the word's size limit)
+       calibrate.py --half MODEL.wake OUT.wake (a model file's network in half floats,
+         for a candidate companion: half the bytes)
        calibrate.py --measure MODEL.wake ... (measures now; a later run reuses it)
        calibrate.py --gaps MODEL.wake (what a calibrated word's points cost and hear when
          runs go on through short dips, as they do over the echo canceller's output)
@@ -47,9 +53,12 @@ RULES = (2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 28, 32)
 # Rules whose dev detection is within this of the best are tied: the shortest wins, as
 # a voice whose score falls sooner than the dev voices' still fires with it.
 TIE = 0.01
-# A word with a companion network stays under this (issue 25: a bundled model well under
-# 1 MB); round 8's network is 475 kB, a 64-channel one 140 kB, a 128-channel one 475 kB.
-MAX_PAIR_BYTES = 2 * 1024 * 1024 // 3
+# A word with companion networks stays under this (issue 25: a bundled model well under
+# 1 MB); round 8's network is 475 kB, a 64-channel one 140 kB (in half floats, 70 kB).
+MAX_WORD_BYTES = 2 * 1024 * 1024 // 3
+# How a file's arrays are stored (its header's `dtype`): half floats halve a network;
+# its scores are measured with its weights so rounded, as src/wake/neural.rs widens them.
+DTYPES = {"f32": "<f4", "f16": "<f2"}
 # Dev phrase groups, by file name: the espeak dev voices, flite's training voices
 # (common.DEV_FLITE) and festival's other-language voices (common.DEV_FESTIVAL).
 GROUPS = ("espeak", "flite", "festival")
@@ -66,24 +75,51 @@ AGREE_THRESHOLDS = 1 / (1 + np.exp(-np.arange(2.0, 7.01, 0.5)))
 
 
 def read_model(path):
-    """A model file's header and arrays (of a word with a companion: its main network's)."""
-    b = open(path, "rb").read()
+    """A model file's header and arrays (of a word with companions: its main network's)."""
+    return parse_network(open(path, "rb").read())[:2]
+
+
+def read_word(path):
+    """Every network of a word file, the main one first: (header, arrays) each."""
+    h, a, rest = parse_network(open(path, "rb").read())
+    out = [(h, a)]
+    while out[-1][0].get("companion_bytes"):
+        h, a, rest = parse_network(rest)
+        out.append((h, a))
+    return out
+
+
+def parse_network(b):
+    """The header and arrays (as f32) of the network `b` starts with, and the bytes after
+    its arrays."""
     assert b[:8] == b"SSWAKENN"
     n = struct.unpack("<I", b[8:12])[0]
     h = json.loads(b[12:12 + n])
+    dt = np.dtype(DTYPES[h.get("dtype", "f32")])
     off = 12 + n
     arrays = {}
     for name, shape in h["arrays"]:
         k = int(np.prod(shape))
-        arrays[name] = np.frombuffer(b[off:off + 4 * k], "<f4").reshape(shape)
-        off += 4 * k
-    return h, arrays
+        arrays[name] = np.frombuffer(b[off:off + dt.itemsize * k], dt).astype(np.float32).reshape(shape)
+        off += dt.itemsize * k
+    return h, arrays, b[off:]
 
 
 def model_bytes(h, arrays):
     hb = json.dumps(h, indent=1).encode()
+    dt = DTYPES[h.get("dtype", "f32")]
     return b"SSWAKENN" + struct.pack("<I", len(hb)) + hb + b"".join(
-        np.ascontiguousarray(arrays[name], "<f4").tobytes() for name, _ in h["arrays"])
+        np.ascontiguousarray(arrays[name], dt).tobytes() for name, _ in h["arrays"])
+
+
+def chain(networks):
+    """Networks (header, arrays) as one file's bytes, each announcing the next's length."""
+    out = b""
+    for h, a in reversed(networks):
+        h = dict(h, companion_bytes=len(out)) if out else {k: v for k, v in h.items()
+                                                             if k != "companion_bytes"}
+        out = model_bytes(h, a) + out
+    return out
 
 
 def write_model(path, h, arrays, companion=b""):
@@ -195,8 +231,13 @@ def measure_model(path):
 
 def scores_cached(path, h, a):
     """The cache key of a model file on this dev set, and its dev scores."""
+    return bytes_scores(open(path, "rb").read(), h, a)
+
+
+def bytes_scores(b, h, a):
+    """scores_cached for the network (h, a), keyed by the bytes `b` it came from."""
     dev_files = sorted(glob.glob(os.path.join(CACHE, "eval-dev", "*", "*.wav")))
-    key = hashlib.sha1(open(path, "rb").read() + repr(dev_files).encode()).hexdigest()[:16]
+    key = hashlib.sha1(b + repr(dev_files).encode()).hexdigest()[:16]
     return key, _cached(key, "scores", lambda: dev_scores(h, a))
 
 
@@ -357,8 +398,9 @@ def agreement_events(ms, cs, th, k):
 
 def agreement(name, th_main, base_negs, base_pos, mpos, mnegs, cpos, cnegs, ok, hours):
     """The agreement rule that hears the most dev phrases at one point (groups counting
-    alike) with the pair's detections there (`base_negs`, `base_pos`: their fire frames)
-    within the point's false wakes (`ok`), or None when none hears more than the pair.
+    alike) with the word's detections there (`base_negs`, `base_pos`: their fire frames)
+    within the point's false wakes (`ok`), its report and score, or Nones when none hears
+    more than the word without it.
     Of rules that hear alike, the first tried: the main network's higher thresholds first,
     then its shorter runs (sooner), then more of the companion's frames and its higher
     thresholds."""
@@ -384,34 +426,57 @@ def agreement(name, th_main, base_negs, base_pos, mpos, mnegs, cpos, cnegs, ok, 
                                   "companion": round(float(t2), 5),
                                   "companion_frames": AGREE_FRAMES[j]}
     if chosen is None:
-        return None, None
+        return None, None, None
     score, fa, by_group = best
     print(f"{name}: agreement {chosen}: {fa} false wakes in {hours:.2f} h, dev detection "
           f"{fmt(by_group)} score {score:.3f}", flush=True)
     return chosen, {"false_wakes_per_hour": round(fa / hours, 3), "score": round(score, 3),
-                    "recall_by_voices": {c: round(v, 3) for c, v in by_group.items()}}
+                    "recall_by_voices": {c: round(v, 3) for c, v in by_group.items()}}, score
 
 
-def companion(dst, main_path, candidates):
+def network_fires(h, name, s, ms):
+    """The frames a companion network (header h, scores s) fires the word at, at one
+    point: its own rule's, and its agreement's with the main network's scores `ms`."""
+    out = [f for _, f in events(s, h["operating_points"][name], h["min_frames"])]
+    ag = (h.get("agreement") or {}).get(name)
+    if ag:
+        w = h["agreement"]["window_frames"]
+        out += [f for _, f in events(ms, ag["main"], ag["main_frames"])
+                if (s[max(0, f - w + 1): f + 1] >= ag["companion"]).sum() >= ag["companion_frames"]]
+    return out
+
+
+def companion(dst, main_path, candidates, keep=False):
     """Writes MAIN with the companion network chosen among CANDIDATES (model files of
-    earlier rounds): the candidate and rule whose union with the main network hears the
+    earlier rounds): each candidate's rule whose union with the main network hears the
     most dev phrases at the medium point (groups counting alike), each point's companion
-    threshold the lowest at which the pair stays within that point's false wakes (the main
-    network's points stay). The main network's dev misses in a quiet room were whole
-    voices whose score stayed up too few frames for its rule; a network of another
-    round, with a shorter rule at a high threshold, hears some of them."""
+    threshold the lowest at which the word stays within that point's false wakes (the main
+    network's points stay); then each point's agreement with the main network, and the
+    candidate whose word hears most at medium with it. The main network's dev misses in a
+    quiet room were whole voices whose score stayed up too few frames for its rule; a
+    network of another round, with a shorter rule at a high threshold, hears some of them.
+    With `keep` (--another), MAIN's companions stay, with their rules and agreements, and
+    the candidate is added after them; otherwise it replaces them."""
     hm, am = read_model(main_path)
     _, (mpos, mnegs, mclips) = scores_cached(main_path, hm, am)
     hours = sum(len(s) for s in mnegs) * HOP / SR / 3600
     km = hm["min_frames"]
     mruns = clip_runs(mclips, km)
+    kept = read_word(main_path)[1:] if keep else []
     targets = {"medium": lambda fa, clips, med: fa <= allowed_false_wakes(hours),
                "high": lambda fa, clips, med: fa <= hours,
                "low": lambda fa, clips, med: fa == 0 and clips <= med // 2}
-    main_fires = {name: ([[f for _, f in events(s, th, km)] for s in mnegs],
-                         [[f for _, f in events(s, th, km)] for _, _, s, _ in mpos],
-                         mruns >= th)
-                  for name, th in hm["operating_points"].items()}
+    main_fires = {}
+    for name, th in hm["operating_points"].items():
+        negs = [[f for _, f in events(s, th, km)] for s in mnegs]
+        pos = [[f for _, f in events(s, th, km)] for _, _, s, _ in mpos]
+        clips = mruns >= th
+        for h, a in kept:
+            _, (kpos, knegs, kclips) = bytes_scores(model_bytes(h, a), h, a)
+            negs = [b + network_fires(h, name, s, m) for b, s, m in zip(negs, knegs, mnegs)]
+            pos = [b + network_fires(h, name, k[2], m[2]) for b, k, m in zip(pos, kpos, mpos)]
+            clips = clips | (clip_runs(kclips, h["min_frames"]) >= h["operating_points"][name])
+        main_fires[name] = (negs, pos, clips)
 
     def pair(name, cpos, cnegs, cruns, th, k):
         negs, pos, clips = main_fires[name]
@@ -431,16 +496,26 @@ def companion(dst, main_path, candidates):
             lo, hi = (lo, mid) if ok(mid) else (mid + 1, hi)
         return lo, True
 
+    def agree(name, cpos, cnegs, k, th, med_clips):
+        # The point's agreement (none at low, whose target also counts the dev clips'
+        # confusable phrases) over the word's detections with the candidate's own rule.
+        base_negs = [a + [f for _, f in events(s, th, k)] for a, s in zip(main_fires[name][0], cnegs)]
+        base_pos = [a + [f for _, f in events(s, th, k)]
+                    for a, (_, _, s, _) in zip(main_fires[name][1], cpos)]
+        return agreement(name, hm["operating_points"][name], base_negs, base_pos, mpos, mnegs,
+                         cpos, cnegs, lambda fa: targets[name](fa, 0, med_clips), hours)
+
     best = None
-    main_size = os.path.getsize(main_path) - hm.get("companion_bytes", 0)
+    word_size = os.path.getsize(main_path) - (0 if keep else hm.get("companion_bytes", 0))
     for path in candidates:
-        size = main_size + os.path.getsize(path)
-        if size > MAX_PAIR_BYTES:
-            print(f"{os.path.basename(path)}: the pair would take {size} bytes, more than "
-                  f"{MAX_PAIR_BYTES}", flush=True)
+        size = word_size + os.path.getsize(path)
+        if size > MAX_WORD_BYTES:
+            print(f"{os.path.basename(path)}: the word would take {size} bytes, more than "
+                  f"{MAX_WORD_BYTES}", flush=True)
             continue
         hc, ac = read_model(path)
         _, (cpos, cnegs, cclips) = scores_cached(path, hc, ac)
+        mine = None
         for k in RULES:
             cruns = clip_runs(cclips, k)
             i, reached = lowest("medium", cpos, cnegs, cruns, k, 0)
@@ -449,14 +524,21 @@ def companion(dst, main_path, candidates):
             fa, fired, by_group = pair("medium", cpos, cnegs, cruns, THRESHOLDS[i], k)
             score = group_score(by_group)
             print(f"{os.path.basename(path)} min_frames {k}: medium th {THRESHOLDS[i]:.4f} with the "
-                  f"main network: {fa} false wakes in {hours:.2f} h, dev detection {fmt(by_group)} "
+                  f"word: {fa} false wakes in {hours:.2f} h, dev detection {fmt(by_group)} "
                   f"score {score:.3f}", flush=True)
-            if best is None or score > best[0]:
-                best = (score, path, hc, ac, k, cpos, cnegs, cruns, i, fired, by_group, fa)
+            if mine is None or score > mine[0]:
+                mine = (score, k, cruns, i, fired)
+        if mine is None:
+            continue
+        score, k, cruns, i, fired = mine
+        chosen, _, with_it = agree("medium", cpos, cnegs, k, THRESHOLDS[i], fired)
+        score = with_it if chosen else score
+        if best is None or score > best[0]:
+            best = (score, path, hc, ac, k, cpos, cnegs, cruns, i, fired)
     if best is None:
         sys.exit("no candidate stays within the medium point's false wakes")
-    score, path, hc, ac, k, cpos, cnegs, cruns, i_med, med_clips, _, _ = best
-    points, report = {}, {}
+    _, path, hc, ac, k, cpos, cnegs, cruns, i_med, med_clips = best
+    points, report, agreements = {}, {}, {"window_frames": AGREE_WINDOW, "low": None}
     for name in ("medium", "high", "low"):
         i, reached = (i_med, True) if name == "medium" else lowest(name, cpos, cnegs, cruns, k, med_clips)
         fa, fired, by_group = pair(name, cpos, cnegs, cruns, THRESHOLDS[i], k)
@@ -464,18 +546,9 @@ def companion(dst, main_path, candidates):
         report[name] = {"threshold": points[name], "reached": reached,
                         "false_wakes_per_hour": round(fa / hours, 3), "false_wakes_in_clips": fired,
                         "recall_by_voices": {c: round(v, 3) for c, v in by_group.items()}}
-    # With the pair chosen, each point's agreement (none at low, whose target also counts
-    # the dev clips' confusable phrases).
-    agree = {"window_frames": AGREE_WINDOW, "low": None}
-    for name in ("medium", "high"):
-        th_main, target = hm["operating_points"][name], targets[name]
-        base_negs = [a + [f for _, f in events(s, points[name], k)]
-                     for a, s in zip(main_fires[name][0], cnegs)]
-        base_pos = [a + [f for _, f in events(s, points[name], k)]
-                    for a, (_, _, s, _) in zip(main_fires[name][1], cpos)]
-        agree[name], report[name]["agreement"] = agreement(
-            name, th_main, base_negs, base_pos, mpos, mnegs, cpos, cnegs,
-            lambda fa: target(fa, 0, med_clips), hours)
+        if name != "low":
+            agreements[name], report[name]["agreement"], _ = agree(name, cpos, cnegs, k,
+                                                                   points[name], med_clips)
     # The companion's own timing: how long after the phrase its score fires at medium.
     offsets = [t for _, _, s, e in cpos
                if (t := heard_at(s, e, points["medium"], k)) is not None] or [0.1]
@@ -484,19 +557,32 @@ def companion(dst, main_path, candidates):
     hc["min_frames"] = k
     hc["end_offset_ms"] = int(round(max(0.0, float(np.median(offsets))) * 1000))
     hc["phrase_ms"] = hm["phrase_ms"]
-    if agree["medium"] or agree["high"]:
-        hc["agreement"] = agree
+    if agreements["medium"] or agreements["high"]:
+        hc["agreement"] = agreements
     hc.pop("calibration", None)
     hc["companion_of"] = {"model": os.path.basename(main_path), "candidate": os.path.basename(path),
                           "dev_negative_hours": round(hours, 2), "points": report}
-    write_model(dst, hm, am, model_bytes(hc, ac))
+    write_model(dst, hm, am, chain(kept + [(hc, ac)]))
     print(json.dumps(hc["companion_of"], indent=1))
     print(f"wrote {dst}: companion {os.path.basename(path)} with min_frames {k}, points {points}")
 
 
+def half(src, dst):
+    """SRC's (main) network stored in half floats, as a candidate companion: its dev
+    scores are then measured with its weights so rounded."""
+    h, a = read_model(src)
+    h = {n: v for n, v in h.items() if n != "companion_bytes"}
+    h["dtype"] = "f16"
+    write_model(dst, h, a)
+    print(f"wrote {dst}: {os.path.getsize(dst)} bytes")
+
+
 def main():
-    if sys.argv[1] == "--companion":
-        companion(sys.argv[2], sys.argv[3], sys.argv[4:])
+    if sys.argv[1] in ("--companion", "--another"):
+        companion(sys.argv[2], sys.argv[3], sys.argv[4:], keep=sys.argv[1] == "--another")
+        return
+    if sys.argv[1] == "--half":
+        half(sys.argv[2], sys.argv[3])
         return
     if sys.argv[1] == "--gaps":
         gaps(sys.argv[2])

@@ -122,6 +122,15 @@
 #                           choice, then each point's agreement of the two networks
 #                           (src/wake/neural.rs): at medium, round 8 over 0.755 for 16
 #                           frames while round 2 was over 0.924 for 12 of the last 100
+# A third network, a candidate not bundled (2026-12-01, night, on the same cache; idle
+# machine; not run by this script, BENCHMARKS.md "A third network" has the commands):
+#   mine.py 6       ~4 min  (with round 2's fourth epoch, paragraphs 500-1700) 3,141 hard
+#                           stretches
+#   train.py        ~5 min  (WAKE_ROUND=10) 2 epochs over 123,708 clips, 159 and 141 s
+#   calibrate.py --half, --another  ~7 min  round 10's epochs and the first rounds' words
+#                           in half floats measured on the dev recordings, then each one's
+#                           rule and agreements on top of the pair's; chose round 10's
+#                           first epoch (a word of 690 kB)
 # In this script round 5 fine-tunes the run's own round 3 with its own mining.
 # About 6 h 30 min in all (rounds 6-8 about 1 h 20 min), and the stop word ~40 min more.
 # Everything is cached under $WAKE_CACHE (default ~/.cache/strawberry/wake/neural; the
