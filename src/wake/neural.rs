@@ -34,9 +34,10 @@
 //! same speech, so together they may listen lower. On the dev split it heard 6 more in
 //! 100 of the espeak voices' phrases in a quiet room at `medium`, with no more false wakes
 //! (BENCHMARKS.md, "Two networks agreeing"). Each companion has its own agreement with
-//! the main network. Half floats let a word carry a third network within its size
-//! limit; one was measured and not bundled, as it woke on a sentence of the test suite's
-//! other speech (BENCHMARKS.md, "A third network").
+//! the main network. Half floats let a word carry a third network within the training
+//! pipeline's 2/3 MB (calibrate.py's MAX_WORD_BYTES); one was measured and not bundled,
+//! as it woke on a sentence of the test suite's other speech (BENCHMARKS.md, "A third
+//! network").
 
 use std::sync::Arc;
 

@@ -14,11 +14,11 @@ Usage: calibrate.py OUT.wake CHECK MODEL.wake [MODEL.wake ...]
          earlier round, and rule that hear the most dev phrases the main network misses
          at its medium point without a false wake more than the point allows; then, at
          medium and high, the agreement rule of the two that hears the most dev phrases
-         within the point's false wakes, if one hears more than the pair alone; of several
-         candidates, the one whose word hears most at medium with its agreement)
+         within the point's false wakes, if one hears more than the pair alone)
        calibrate.py --another OUT.wake WORD.wake CANDIDATE.wake [CANDIDATE.wake ...]
          (as --companion, keeping WORD's companions, rules and agreements: one more
-         network, within the word's size limit)
+         network, within the word's size limit and src/wake/neural.rs's 4 networks; of
+         several candidates, the one whose word hears most at medium with its agreement)
        calibrate.py --half MODEL.wake OUT.wake (a model file's network in half floats,
          for a candidate companion: half the bytes)
        calibrate.py --measure MODEL.wake ... (measures now; a later run reuses it)
@@ -59,6 +59,8 @@ MAX_WORD_BYTES = 2 * 1024 * 1024 // 3
 # How a file's arrays are stored (its header's `dtype`): half floats halve a network;
 # its scores are measured with its weights so rounded, as src/wake/neural.rs widens them.
 DTYPES = {"f32": "<f4", "f16": "<f2"}
+# Networks in one word (src/wake/neural.rs's MAX_NETWORKS).
+MAX_NETWORKS = 4
 # Dev phrase groups, by file name: the espeak dev voices, flite's training voices
 # (common.DEV_FLITE) and festival's other-language voices (common.DEV_FESTIVAL).
 GROUPS = ("espeak", "flite", "festival")
@@ -92,9 +94,12 @@ def read_word(path):
 def parse_network(b):
     """The header and arrays (as f32) of the network `b` starts with, and the bytes after
     its arrays."""
-    assert b[:8] == b"SSWAKENN"
+    if b[:8] != b"SSWAKENN":
+        sys.exit("not a neural wake word file (no SSWAKENN at the start of a network)")
     n = struct.unpack("<I", b[8:12])[0]
     h = json.loads(b[12:12 + n])
+    if h.get("dtype", "f32") not in DTYPES:
+        sys.exit(f"a network stored as {h['dtype']!r}: this script reads {' and '.join(DTYPES)}")
     dt = np.dtype(DTYPES[h.get("dtype", "f32")])
     off = 12 + n
     arrays = {}
@@ -455,14 +460,20 @@ def companion(dst, main_path, candidates, keep=False):
     candidate whose word hears most at medium with it. The main network's dev misses in a
     quiet room were whole voices whose score stayed up too few frames for its rule; a
     network of another round, with a shorter rule at a high threshold, hears some of them.
-    With `keep` (--another), MAIN's companions stay, with their rules and agreements, and
-    the candidate is added after them; otherwise it replaces them."""
+    With `keep` (--another), MAIN's companions stay, with their rules and agreements, the
+    candidate is added after them, and candidates are compared by what the word hears
+    with their agreement (a third network's gain is mostly its agreement); otherwise it
+    replaces them and candidates are compared by their own rule, as the bundled pair's
+    was chosen."""
     hm, am = read_model(main_path)
     _, (mpos, mnegs, mclips) = scores_cached(main_path, hm, am)
     hours = sum(len(s) for s in mnegs) * HOP / SR / 3600
     km = hm["min_frames"]
     mruns = clip_runs(mclips, km)
     kept = read_word(main_path)[1:] if keep else []
+    if len(kept) + 2 > MAX_NETWORKS:
+        sys.exit(f"{main_path} holds {len(kept) + 1} networks already: a word holds at most "
+                 f"{MAX_NETWORKS} (src/wake/neural.rs)")
     targets = {"medium": lambda fa, clips, med: fa <= allowed_false_wakes(hours),
                "high": lambda fa, clips, med: fa <= hours,
                "low": lambda fa, clips, med: fa == 0 and clips <= med // 2}
@@ -531,8 +542,10 @@ def companion(dst, main_path, candidates, keep=False):
         if mine is None:
             continue
         score, k, cruns, i, fired = mine
-        chosen, _, with_it = agree("medium", cpos, cnegs, k, THRESHOLDS[i], fired)
-        score = with_it if chosen else score
+        if keep:
+            print(f"{os.path.basename(path)}, with its agreement:", flush=True)
+            chosen, _, with_it = agree("medium", cpos, cnegs, k, THRESHOLDS[i], fired)
+            score = with_it if chosen else score
         if best is None or score > best[0]:
             best = (score, path, hc, ac, k, cpos, cnegs, cruns, i, fired)
     if best is None:
@@ -562,7 +575,12 @@ def companion(dst, main_path, candidates, keep=False):
     hc.pop("calibration", None)
     hc["companion_of"] = {"model": os.path.basename(main_path), "candidate": os.path.basename(path),
                           "dev_negative_hours": round(hours, 2), "points": report}
-    write_model(dst, hm, am, chain(kept + [(hc, ac)]))
+    companions = chain(kept + [(hc, ac)])
+    size = len(model_bytes(dict(hm, companion_bytes=len(companions)), am)) + len(companions)
+    if size > MAX_WORD_BYTES:
+        sys.exit(f"the word would take {size} bytes, more than {MAX_WORD_BYTES}: offer smaller "
+                 "candidates (calibrate.py --half halves one)")
+    write_model(dst, hm, am, companions)
     print(json.dumps(hc["companion_of"], indent=1))
     print(f"wrote {dst}: companion {os.path.basename(path)} with min_frames {k}, points {points}")
 
@@ -571,8 +589,15 @@ def half(src, dst):
     """SRC's (main) network stored in half floats, as a candidate companion: its dev
     scores are then measured with its weights so rounded."""
     h, a = read_model(src)
-    h = {n: v for n, v in h.items() if n != "companion_bytes"}
+    # Its points and calibration were measured with the f32 weights: a word's file gets
+    # new ones from --companion or --another.
+    h = {n: v for n, v in h.items() if n not in ("companion_bytes", "calibration")}
     h["dtype"] = "f16"
+    for name, v in a.items():
+        r = v.astype("<f2")
+        if not np.isfinite(r).all() or (name == "std" and (r <= 0).any()):
+            sys.exit(f"{src}: array {name} does not fit half floats (values up to "
+                     f"{float(np.abs(v).max()):g}; at most 65504, and scales over 0)")
     write_model(dst, h, a)
     print(f"wrote {dst}: {os.path.getsize(dst)} bytes")
 

@@ -233,9 +233,10 @@ def export(p, mean, std, path, meta):
 # 0.84-1.19) instead of over the mel bands (dev score 0.744 at best, against 0.797 on 2
 # dev hours; its best rules' medium thresholds 0.88 and 0.93).
 # 10 fine-tunes round 2's word (WAKE_FROM, its fourth epoch, 64 channels) for 2 epochs at
-# round 8's rate with round 2's labels, adding festival's other-language voices and clips
-# in no room (twice over each) and 3,141 hard stretches mined with it (mine.py 6,
-# repeated four times), as a companion for round 8. As round 2's replacement it was
+# round 8's rate with round 2's labels, as a companion for round 8, on what a fresh cache
+# makes (the clips, noisy and babble clips, as round 5) plus festival's other-language
+# voices and clips in no room (twice over each) and 3,141 hard stretches mined with it
+# (mine.py 6, repeated four times). As round 2's replacement it was
 # dropped on the dev split: at `medium` round 8 has used the point's one dev false wake,
 # so the companion may add none; the mined negatives let its second epoch run at 0.974
 # where round 2's needs 0.984, yet the pair heard the same dev phrases (score 0.805
@@ -270,7 +271,8 @@ ROUNDS = {"1": ("ft", f"state-c{C}.npz", ["mine"], 4, 5e-4, 25),
 if ROUND == "7" and not ROUNDS["7"][1]:
     sys.exit("WAKE_ROUND=7 fine-tunes round 6's last epoch: set WAKE_FROM to its .wake file")
 if ROUND == "10" and not ROUNDS["10"][1]:
-    sys.exit("WAKE_ROUND=10 fine-tunes round 2's fourth epoch: set WAKE_FROM to its .wake file")
+    sys.exit("WAKE_ROUND=10 fine-tunes round 2's fourth epoch: set WAKE_FROM to its .wake file "
+             f"({CACHE}/train/hey_strawberry-c64-ft2-e4.wake)")
 if ROUND in ("8", "9") and not ROUNDS[ROUND][1]:
     sys.exit(f"WAKE_ROUND={ROUND} fine-tunes round {int(ROUND) - 1}'s chosen epoch: set WAKE_FROM "
              "to the .wake file calibrate.py wrote for it"
