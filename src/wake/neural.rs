@@ -472,9 +472,9 @@ fn parse_network(bytes: &[u8]) -> Result<Parsed<'_>, String> {
         ));
     }
     let mut arrays = std::collections::HashMap::new();
+    let width = h.dtype.width();
     for (name, shape) in &h.arrays {
         let n: usize = shape.iter().product();
-        let width = h.dtype.width();
         let (raw, rest) = data
             .split_at_checked(n * width)
             .ok_or_else(|| format!("array {name} is cut short"))?;

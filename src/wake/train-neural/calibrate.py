@@ -477,13 +477,13 @@ def companion(dst, main_path, candidates, keep=False):
     targets = {"medium": lambda fa, clips, med: fa <= allowed_false_wakes(hours),
                "high": lambda fa, clips, med: fa <= hours,
                "low": lambda fa, clips, med: fa == 0 and clips <= med // 2}
+    kept_scores = [bytes_scores(model_bytes(h, a), h, a)[1] for h, a in kept]
     main_fires = {}
     for name, th in hm["operating_points"].items():
         negs = [[f for _, f in events(s, th, km)] for s in mnegs]
         pos = [[f for _, f in events(s, th, km)] for _, _, s, _ in mpos]
         clips = mruns >= th
-        for h, a in kept:
-            _, (kpos, knegs, kclips) = bytes_scores(model_bytes(h, a), h, a)
+        for (h, _), (kpos, knegs, kclips) in zip(kept, kept_scores):
             negs = [b + network_fires(h, name, s, m) for b, s, m in zip(negs, knegs, mnegs)]
             pos = [b + network_fires(h, name, k[2], m[2]) for b, k, m in zip(pos, kpos, mpos)]
             clips = clips | (clip_runs(kclips, h["min_frames"]) >= h["operating_points"][name])
