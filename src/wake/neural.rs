@@ -22,9 +22,9 @@
 //! listening for the same phrase with its own rule, and the word fires when any of its
 //! networks does, once an utterance. Why: networks of different training rounds miss
 //! different voices. Round 8's missed whole unseen voices in a quiet room because their
-//! score stayed up too few frames for its 24-frame rule; round 2's, with a 12-frame rule
-//! at a high threshold, hears some of them and adds no false wake over the dev split's
-//! ten hours (`calibrate.py --companion`, BENCHMARKS.md "A companion network").
+//! score stayed up too few frames for its rule; an earlier round's network, with a rule of
+//! its own at a high threshold, heard some of them and added no false wake over the dev
+//! split (`calibrate.py --companion`, BENCHMARKS.md "A companion network").
 //!
 //! A companion's header may also give an `agreement` per sensitivity: the main network
 //! over a lower threshold of its own for enough frames, while the companion was over its
@@ -34,10 +34,10 @@
 //! same speech, so together they may listen lower. On the dev split it heard 6 more in
 //! 100 of the espeak voices' phrases in a quiet room at `medium`, with no more false wakes
 //! (BENCHMARKS.md, "Two networks agreeing"). Each companion has its own agreement with
-//! the main network. Half floats let a word carry a third network within the training
-//! pipeline's 2/3 MB (calibrate.py's MAX_WORD_BYTES); one was measured and not bundled,
-//! as it woke on a sentence of the test suite's other speech (BENCHMARKS.md, "A third
-//! network").
+//! the main network. Half floats let the bundled word carry a third network within the
+//! training pipeline's 2/3 MB (calibrate.py's MAX_WORD_BYTES): round 10's, whose agreement
+//! with round 8 hears more of the dev voices in a quiet room (BENCHMARKS.md, "Every dev
+//! voice in the dev negatives").
 
 use std::sync::Arc;
 
@@ -72,9 +72,9 @@ const DEFAULT_MIN_FRAMES: usize = 2;
 const MAX_MIN_FRAMES: usize = 50;
 /// Frames under the threshold a run goes on through over the echo canceller's output
 /// ([`super::Detector::set_over_echo`]). 2 sufficed for round 3's 20-frame rule; with
-/// round 8's 24-frame rule `tests/voice_echo.rs` missed 2-3 phrases in 10 said over a
-/// reply, and the kitchen benchmark 2 in 30 with 4 and none with 6 (BENCHMARKS.md, "Round
-/// 8's rule over the reply").
+/// round 8's 24-frame rule of the time `tests/voice_echo.rs` missed 2-3 phrases in 10 said
+/// over a reply, and the kitchen benchmark 2 in 30 with 4 and none with 6 (BENCHMARKS.md,
+/// "Round 8's rule over the reply").
 pub const ECHO_GAP: usize = 6;
 /// Frames under the threshold before the word can fire again (one utterance, one
 /// detection).

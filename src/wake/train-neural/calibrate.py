@@ -1,7 +1,9 @@
 """Measures trained models' operating points on the dev split only (dev voices' phrases
 in four rooms, with flite's training voices and festival's other-language voices for
 other engines' timing, and two hours, or more with gen.py's WAKE_DEV_NEG_HOURS, of dev
-voices reading training text, alone, over music and noise), picks the model and the
+voices reading training text, alone, over music and noise; with
+WAKE_DEV_NEGATIVES=negative,voices also every dev voice reading text no split reads
+otherwise, gen.py eval-dev-voices), picks the model and the
 detection rule that hear the most dev phrases at the medium point (espeak's, flite's and
 festival's groups counting alike; of rules within a point of the best, the shortest),
 writes them into the model file with the
@@ -239,9 +241,18 @@ def scores_cached(path, h, a):
     return bytes_scores(open(path, "rb").read(), h, a)
 
 
+# The dev set's directories of negatives: "negative" (gen.py eval-dev), and with
+# WAKE_DEV_NEGATIVES=negative,voices also every dev voice reading text of its own (gen.py
+# eval-dev-voices). A word calibrated on one set is rebuilt byte for byte on that set.
+DEV_NEGATIVES = os.environ.get("WAKE_DEV_NEGATIVES", "negative").split(",")
+DEV_ROOMS = ("quiet", "reverb", "noise10", "babble5")
+
+
 def bytes_scores(b, h, a):
-    """scores_cached for the network (h, a), keyed by the bytes `b` it came from."""
-    dev_files = sorted(glob.glob(os.path.join(CACHE, "eval-dev", "*", "*.wav")))
+    """scores_cached for the network (h, a), keyed by the bytes `b` it came from and the
+    dev files measured."""
+    dev_files = sorted(p for d in DEV_ROOMS + tuple(DEV_NEGATIVES)
+                       for p in glob.glob(os.path.join(CACHE, "eval-dev", d, "*.wav")))
     key = hashlib.sha1(b + repr(dev_files).encode()).hexdigest()[:16]
     return key, _cached(key, "scores", lambda: dev_scores(h, a))
 
@@ -252,10 +263,16 @@ def dev_scores(h, a):
     "hey strawberries", "say strawberry"; for the low point)."""
     dev = os.path.join(CACHE, "eval-dev")
     pos = []
-    for cond in ("quiet", "reverb", "noise10", "babble5"):
+    for cond in DEV_ROOMS:
         pos += [(cond, group_of(p), scores_of(h, a, x), e)
                 for p, x, e in load_wavs(os.path.join(dev, cond))]
-    negs = [scores_of(h, a, x) for _, x, _ in load_wavs(os.path.join(dev, "negative"))]
+    negs = []
+    for d in DEV_NEGATIVES:
+        found = load_wavs(os.path.join(dev, d))
+        if not found:
+            sys.exit(f"no dev negatives in {os.path.join(dev, d)} (WAKE_DEV_NEGATIVES names "
+                     f"{d!r}): run gen.py {'eval-dev-voices' if d == 'voices' else 'eval-dev'}")
+        negs += [scores_of(h, a, x) for _, x, _ in found]
     shrink = 2 + 2 * sum(h["dilations"])
     pad = np.repeat(a["mean"][None, :], shrink, axis=0)
     clips = []

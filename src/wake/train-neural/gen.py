@@ -650,6 +650,46 @@ def neg_sentences(split, more):
     return _SENTS[key]
 
 
+def dev_voices_job(i):
+    """One 5-minute file of the dev voices' negatives (eval-dev/voices): five dev voices in
+    turn, a minute each, reading texts.dev_sentences(); every third file over music (a
+    TV). The first dev negatives are 16 dev voices reading training text; an ordinary
+    sentence of a dev voice the 16 left out woke a candidate word in the test suite
+    (BENCHMARKS.md, "A third network"), so these go round every dev voice."""
+    path = os.path.join(CACHE, "eval-dev", "voices", f"voices-{i:03d}.wav")
+    if os.path.exists(path):
+        return
+    rng = np.random.default_rng(88_000 + i)
+    voices = voices_of("dev")
+    if "dev" not in _SENTS:
+        _SENTS["dev"] = texts.dev_sentences()
+    sents = _SENTS["dev"]
+    parts = []
+    for n in range(5):
+        engine, v, variant = voices[(i * 5 + n) % len(voices)]
+        j, total = int(rng.integers(len(sents))), 0
+        while total < 60 * SR:
+            s = trim(synth(engine, v, variant, " ".join(sents[j % len(sents): j % len(sents) + 3]),
+                           rng.random(), rng.random()))
+            j += 3
+            s = s / (np.abs(s).max() + 1e-9) * 0.5
+            parts += [s, np.zeros(int(SR * rng.uniform(0.2, 1.2)), np.float32)]
+            total += len(s) + len(parts[-1])
+    x = np.concatenate(parts)[: 300 * SR]
+    if i % 3 == 2:
+        x = x + music(rng, len(x)) * rms_active(x) / 10 ** (rng.uniform(0, 10) / 20)
+    write_wav(path, x / (np.abs(x).max() + 1e-9) * 0.5)
+
+
+def stage_dev_voices(workers):
+    """WAKE_DEV_VOICE_HOURS (default 10) of dev_voices_job's files."""
+    n = int(np.ceil(float(os.environ.get("WAKE_DEV_VOICE_HOURS", "10")) * 12))
+    with Pool(workers) as pool:
+        for k, _ in enumerate(pool.imap_unordered(dev_voices_job, range(n))):
+            if k % 20 == 0:
+                print(f"dev voices {k}/{n}", flush=True)
+
+
 _BABBLE = {}
 
 
@@ -776,6 +816,10 @@ if __name__ == "__main__":
         stage_feat_mixed(workers, "made", int(os.environ.get("WAKE_MADE_SHARDS", "30")))
     if stage in ("eval-dev", "eval", "all"):
         stage_eval(workers, "dev")
+    # Not part of "all": more dev negatives, every dev voice reading text of its own
+    # (calibrate.py reads them when WAKE_DEV_NEGATIVES names "voices").
+    if stage == "eval-dev-voices":
+        stage_dev_voices(workers)
     # "eval-test": the held-out set alone, e.g. to lengthen its negatives (WAKE_NEG_HOURS).
     if stage in ("eval", "eval-test", "all"):
         stage_eval(workers, "test")

@@ -122,8 +122,8 @@
 #                           choice, then each point's agreement of the two networks
 #                           (src/wake/neural.rs): at medium, round 8 over 0.755 for 16
 #                           frames while round 2 was over 0.924 for 12 of the last 100
-# A third network, a candidate not bundled (2026-12-01, night, on the same cache; idle
-# machine; not run by this script, BENCHMARKS.md "A third network" has the commands):
+# A third network (2026-12-01, night, on the same cache; idle machine; measured then as a
+# candidate, bundled since 2026-12-02 after calibration on every dev voice, below):
 #   mine.py 6       ~4 min  (with round 2's fourth epoch, paragraphs 500-1700) 3,141 hard
 #                           stretches
 #   train.py        ~5 min  (WAKE_ROUND=10) 2 epochs over 123,708 clips, 159 and 141 s
@@ -131,8 +131,18 @@
 #                           in half floats measured on the dev recordings, then each one's
 #                           rule and agreements on top of the pair's; chose round 10's
 #                           first epoch (a word of 690 kB)
-# In this script round 5 fine-tunes the run's own round 3 with its own mining.
-# About 6 h 30 min in all (rounds 6-8 about 1 h 20 min), and the stop word ~40 min more.
+# Every dev voice (2026-12-02, idle machine, on the same cache):
+#   gen.py eval-dev-voices  70 s  10 h of dev negatives, every dev voice reading text of
+#                           its own: 120 5-minute files of five voices each
+#   calibrate.py    ~3 min  (WAKE_DEV_NEGATIVES=negative,voices, as every step below)
+#                           round 8's rule and points on the 20 dev hours: 20 frames
+#   calibrate.py --companion ~11 min  five candidates' dev scores and rules; chose round
+#                           1's network, and the two networks' agreement
+#   calibrate.py --half, --another  ~7 min  chose round 10's second epoch and its
+#                           agreement with round 8 (a word of 690 kB)
+# In this script round 5 fine-tunes the run's own round 3 with its own mining, and round
+# 10 runs too (the third network).
+# About 7 h in all (rounds 6-8 about 1 h 20 min), and the stop word ~40 min more.
 # Everything is cached under $WAKE_CACHE (default ~/.cache/strawberry/wake/neural; the
 # stop word's under $STOP_CACHE);
 # a rerun skips what exists, and training resumes from its last finished epoch. Delete
@@ -173,15 +183,33 @@ WAKE_CHANNELS=128 nice -n 19 python3 mine.py 5 "$r7" 500
 WAKE_ROUND=8 WAKE_CHANNELS=128 WAKE_FROM="$r7" nice -n 19 python3 train.py
 nice -n 19 python3 calibrate.py "$repo/src/wake/hey_strawberry.wake" "$repo/tests/wake/neural-check" \
   "$r3" "$cache"/train/hey_strawberry-c128-r[4-8]-e*.wake
-# Its companion network (calibrate.py --companion): of the earlier rounds' words that keep
-# the pair under 2/3 MB (the 64-channel ones of the first rounds), the one that, with its
-# own rule at a high threshold, hears the most dev phrases round 8 misses within each
-# point's false wakes. Round 2's fourth epoch was (BENCHMARKS.md, "A companion network").
-# Then, at medium and high, the rule of the two agreeing that hears the most dev phrases
-# within the point's false wakes (BENCHMARKS.md, "Two networks agreeing").
-nice -n 19 python3 calibrate.py --companion "$repo/src/wake/hey_strawberry.wake" \
-  "$repo/src/wake/hey_strawberry.wake" "$cache/train/hey_strawberry-c64.wake" \
-  "$cache/train/hey_strawberry-c64-ft.wake" "$cache"/train/hey_strawberry-c64-ft2-e*.wake
+# Round 10 (BENCHMARKS.md, "A third network"): round 2's fourth epoch fine-tuned for a
+# companion's role, on hard negatives it mined itself.
+r2=$cache/train/hey_strawberry-c64-ft2-e4.wake
+nice -n 19 python3 mine.py 6 "$r2" 500
+WAKE_ROUND=10 WAKE_FROM="$r2" nice -n 19 python3 train.py
+# The word's points are measured on 20 dev hours: the first 10, and 10 of every dev voice
+# reading text no split reads otherwise (BENCHMARKS.md, "Every dev voice"). Round 8's
+# rule and points again on them; then its companion (calibrate.py --companion): of the
+# earlier rounds' 64-channel networks, the one that, with its own rule, hears the most dev
+# phrases round 8 misses within each point's false wakes, and at medium and high the
+# rule of the two agreeing that hears the most (BENCHMARKS.md, "A companion network" and
+# "Two networks agreeing"); then a third network in half floats with its own agreement
+# (calibrate.py --another; BENCHMARKS.md, "A third network").
+WAKE_DEV_NEG_HOURS=10 nice -n 19 python3 gen.py eval-dev
+nice -n 19 python3 gen.py eval-dev-voices
+export WAKE_DEV_NEGATIVES=negative,voices
+word=$repo/src/wake/hey_strawberry.wake
+nice -n 19 python3 calibrate.py "$word" "$repo/tests/wake/neural-check" "$word"
+mkdir -p "$cache/pair" "$cache/half"
+nice -n 19 python3 calibrate.py --companion "$cache/pair/hey_strawberry.wake" "$word" \
+  "$cache/train/hey_strawberry-c64.wake" "$cache/train/hey_strawberry-c64-ft.wake" \
+  "$cache"/train/hey_strawberry-c64-ft2-e*.wake "$cache"/train/hey_strawberry-c64-r10-e*.wake
+for m in hey_strawberry-c64 hey_strawberry-c64-ft2-e4 hey_strawberry-c64-r10-e1 hey_strawberry-c64-r10-e2; do
+  nice -n 19 python3 calibrate.py --half "$cache/train/$m.wake" "$cache/half/$m.wake"
+done
+nice -n 19 python3 calibrate.py --another "$word" "$cache/pair/hey_strawberry.wake" "$cache"/half/*.wake
+unset WAKE_DEV_NEGATIVES
 # The stop word the daemon runs over a ringing timer (stop.py's header: ~40 min).
 export STOP_CACHE=${STOP_CACHE:-$HOME/.cache/strawberry/wake/stop}
 nice -n 19 python3 stop.py tts

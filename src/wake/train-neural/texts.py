@@ -2,7 +2,8 @@
 different ordinary text (training: Python's own documentation strings; test: the
 licence texts Debian ships and tests/wake/other_speech.txt, and for longer test sets the
 Perl manuals' prose), so the test measures
-speech the model never heard."""
+speech the model never heard. The dev voices' own negatives (gen.py eval-dev-voices)
+read a third text, Python's reference manual and the docstrings training leaves out."""
 
 import os
 import pydoc
@@ -76,25 +77,55 @@ def _sentences(text):
     return out
 
 
-def train_sentences():
-    """Ordinary English from Python's standard library documentation strings."""
+def _stdlib_modules():
     import sys
-    names = sorted(sys.stdlib_module_names)
-    text = []
-    for name in names:
+    for name in sorted(sys.stdlib_module_names):
         if name.startswith("_") or name in {"antigravity", "this", "idlelib", "turtledemo",
                                            "tkinter", "turtle"}:
             continue
         try:
-            mod = __import__(name)
+            yield __import__(name)
         except Exception:
             continue
+
+
+def train_sentences():
+    """Ordinary English from Python's standard library documentation strings."""
+    text = []
+    for mod in _stdlib_modules():
         for obj in [mod] + [getattr(mod, a, None) for a in dir(mod)[:80]]:
             doc = getattr(obj, "__doc__", None)
             if isinstance(doc, str):
                 text.append(doc)
     sents = sorted(set(_sentences(" ".join(text))))
     random.Random(1).shuffle(sents)
+    return sents
+
+
+def dev_sentences():
+    """Ordinary English no model trained on and the test set does not read, for the dev
+    voices' negatives: Python's reference manual (pydoc_data) and the docstrings
+    train_sentences() leaves out (a module's attributes past its 80th, classes' methods),
+    without any training or test sentence."""
+    import inspect
+    import pydoc_data.topics
+    text = list(pydoc_data.topics.topics.values())
+    for mod in _stdlib_modules():
+        names = dir(mod)
+        for a in names[80:]:
+            doc = getattr(getattr(mod, a, None), "__doc__", None)
+            if isinstance(doc, str):
+                text.append(doc)
+        for a in names:
+            obj = getattr(mod, a, None)
+            if inspect.isclass(obj):
+                for m in vars(obj).values():
+                    doc = getattr(m, "__doc__", None)
+                    if isinstance(doc, str):
+                        text.append(doc)
+    seen = set(train_sentences()) | set(test_sentences())
+    sents = [s for s in sorted(set(_sentences(" ".join(text)))) if s not in seen]
+    random.Random(5).shuffle(sents)
     return sents
 
 

@@ -244,9 +244,11 @@ def export(p, mean, std, path, meta):
 # network (after round 2's, with its agreement; calibrate.py --another): round 8 over
 # 0.651 for 8 frames while it was over 0.989 for 6 of the last 100 frames heard 95% of
 # the espeak dev voices' phrases in a quiet room at `medium`, against 89% for rounds 8
-# and 2, and 94.4% of the held-out quiet phrases against 91.3%; it is not bundled, as it
+# and 2, and 94.4% of the held-out quiet phrases against 91.3%; it was not bundled, as it
 # woke on an ordinary sentence of tests/wake.rs's other speech (BENCHMARKS.md, "A third
-# network"). Not run by run.sh; BENCHMARKS.md has the commands.
+# network"). With the word's points set on every dev voice (BENCHMARKS.md, "Every dev
+# voice in the dev negatives") its second epoch, in half floats, is the bundled word's
+# third network; run.sh runs this round.
 ROUND = os.environ.get("WAKE_ROUND", "")
 BUNDLED = os.path.join(common.REPO, "src", "wake", "hey_strawberry.wake")
 ROUNDS = {"1": ("ft", f"state-c{C}.npz", ["mine"], 4, 5e-4, 25),
