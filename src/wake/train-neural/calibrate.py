@@ -195,9 +195,14 @@ def events(s, th, k, gap=0):
     return out
 
 
+def wavs_in(d):
+    """A directory's recordings, without the temporary files of a write cut short."""
+    return sorted(p for p in glob.glob(os.path.join(d, "*.wav")) if not p.endswith(".tmp.wav"))
+
+
 def load_wavs(d):
     out = []
-    for p in sorted(glob.glob(os.path.join(d, "*.wav"))):
+    for p in wavs_in(d):
         rate, x = wavfile.read(p)
         x = x.astype(np.float32) / 32768.0
         end = None
@@ -244,15 +249,21 @@ def scores_cached(path, h, a):
 # The dev set's directories of negatives: "negative" (gen.py eval-dev), and with
 # WAKE_DEV_NEGATIVES=negative,voices also every dev voice reading text of its own (gen.py
 # eval-dev-voices). A word calibrated on one set is rebuilt byte for byte on that set.
-DEV_NEGATIVES = os.environ.get("WAKE_DEV_NEGATIVES", "negative").split(",")
+DEV_NEGATIVES = [d.strip() for d in os.environ.get("WAKE_DEV_NEGATIVES", "negative").split(",")]
 DEV_ROOMS = ("quiet", "reverb", "noise10", "babble5")
 
 
 def bytes_scores(b, h, a):
     """scores_cached for the network (h, a), keyed by the bytes `b` it came from and the
     dev files measured."""
-    dev_files = sorted(p for d in DEV_ROOMS + tuple(DEV_NEGATIVES)
-                       for p in glob.glob(os.path.join(CACHE, "eval-dev", d, "*.wav")))
+    dev = os.path.join(CACHE, "eval-dev")
+    for d in DEV_NEGATIVES:
+        # Checked before the cache key: a missing set would key the scores of the others.
+        if not wavs_in(os.path.join(dev, d)):
+            sys.exit(f"no dev negatives in {os.path.join(dev, d)} (WAKE_DEV_NEGATIVES names "
+                     f"{d!r}): gen.py eval-dev writes \"negative\", gen.py eval-dev-voices "
+                     "\"voices\"")
+    dev_files = sorted(p for d in DEV_ROOMS + tuple(DEV_NEGATIVES) for p in wavs_in(os.path.join(dev, d)))
     key = hashlib.sha1(b + repr(dev_files).encode()).hexdigest()[:16]
     return key, _cached(key, "scores", lambda: dev_scores(h, a))
 
@@ -266,13 +277,8 @@ def dev_scores(h, a):
     for cond in DEV_ROOMS:
         pos += [(cond, group_of(p), scores_of(h, a, x), e)
                 for p, x, e in load_wavs(os.path.join(dev, cond))]
-    negs = []
-    for d in DEV_NEGATIVES:
-        found = load_wavs(os.path.join(dev, d))
-        if not found:
-            sys.exit(f"no dev negatives in {os.path.join(dev, d)} (WAKE_DEV_NEGATIVES names "
-                     f"{d!r}): run gen.py {'eval-dev-voices' if d == 'voices' else 'eval-dev'}")
-        negs += [scores_of(h, a, x) for _, x, _ in found]
+    negs = [scores_of(h, a, x) for d in DEV_NEGATIVES
+            for _, x, _ in load_wavs(os.path.join(dev, d))]
     shrink = 2 + 2 * sum(h["dilations"])
     pad = np.repeat(a["mean"][None, :], shrink, axis=0)
     clips = []

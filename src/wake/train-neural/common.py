@@ -81,7 +81,8 @@ ESPEAK_OLD = ["en", "en-us", "en-n", "en-rp", "en-wm", "en-wi", "en-sc"]
 
 # Held out for the test set, never trained on or tuned with: the whole festival
 # engine, flite's rms, espeak-ng's Scottish and New York voices, espeak's Scottish one,
-# and these variants in every language (they include every voice tests/wake.rs uses).
+# and these variants in every language (every voice tests/wake.rs says a phrase in; its
+# other speech is also read by en-029+f4, a dev variant).
 TEST_LANGS = {"en-gb-scotland", "en-us-nyc", "en-sc"}
 TEST_VARIANTS = {"m7", "f3", "m1", "m4", "Annie", "Andy", "grandma", "Lee", "whisperf"}
 TEST_FLITE = {"rms"}

@@ -655,7 +655,10 @@ def dev_voices_job(i):
     turn, a minute each, reading texts.dev_sentences(); every third file over music (a
     TV). The first dev negatives are 16 dev voices reading training text; an ordinary
     sentence of a dev voice the 16 left out woke a candidate word in the test suite
-    (BENCHMARKS.md, "A third network"), so these go round every dev voice."""
+    (BENCHMARKS.md, "A third network"), so these go round every dev voice (espeak-ng's and
+    espeak's: voices_of("dev") has no festival or flite voice). A voice reads on past its
+    minute to the end of a sentence and the file is cut at 5 minutes, so the fifth voice
+    gets about two thirds of a minute; the bundled word was calibrated on these files."""
     path = os.path.join(CACHE, "eval-dev", "voices", f"voices-{i:03d}.wav")
     if os.path.exists(path):
         return

@@ -123,7 +123,8 @@
 #                           (src/wake/neural.rs): at medium, round 8 over 0.755 for 16
 #                           frames while round 2 was over 0.924 for 12 of the last 100
 # A third network (2026-12-01, night, on the same cache; idle machine; measured then as a
-# candidate, bundled since 2026-12-02 after calibration on every dev voice, below):
+# candidate; round 10's second epoch is the bundled word's third network since 2026-12-02,
+# after calibration on every dev voice, below):
 #   mine.py 6       ~4 min  (with round 2's fourth epoch, paragraphs 500-1700) 3,141 hard
 #                           stretches
 #   train.py        ~5 min  (WAKE_ROUND=10) 2 epochs over 123,708 clips, 159 and 141 s
@@ -136,8 +137,10 @@
 #                           its own: 120 5-minute files of five voices each
 #   calibrate.py    ~3 min  (WAKE_DEV_NEGATIVES=negative,voices, as every step below)
 #                           round 8's rule and points on the 20 dev hours: 20 frames
-#   calibrate.py --companion ~11 min  five candidates' dev scores and rules; chose round
-#                           1's network, and the two networks' agreement
+#   calibrate.py --companion ~11 min  five candidates' dev scores and rules (three earlier
+#                           bundled words and round 10's epochs; this script offers round
+#                           2's four epochs too); chose round 1's network, and the two
+#                           networks' agreement
 #   calibrate.py --half, --another  ~7 min  chose round 10's second epoch and its
 #                           agreement with round 8 (a word of 690 kB)
 # In this script round 5 fine-tunes the run's own round 3 with its own mining, and round
@@ -208,7 +211,8 @@ nice -n 19 python3 calibrate.py --companion "$cache/pair/hey_strawberry.wake" "$
 for m in hey_strawberry-c64 hey_strawberry-c64-ft2-e4 hey_strawberry-c64-r10-e1 hey_strawberry-c64-r10-e2; do
   nice -n 19 python3 calibrate.py --half "$cache/train/$m.wake" "$cache/half/$m.wake"
 done
-nice -n 19 python3 calibrate.py --another "$word" "$cache/pair/hey_strawberry.wake" "$cache"/half/*.wake
+nice -n 19 python3 calibrate.py --another "$word" "$cache/pair/hey_strawberry.wake" \
+  "$cache"/half/hey_strawberry-c64{,-ft2-e4,-r10-e1,-r10-e2}.wake
 unset WAKE_DEV_NEGATIVES
 # The stop word the daemon runs over a ringing timer (stop.py's header: ~40 min).
 export STOP_CACHE=${STOP_CACHE:-$HOME/.cache/strawberry/wake/stop}

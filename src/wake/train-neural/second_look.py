@@ -2,7 +2,7 @@
 the daemon's behaviour.
 
 The misses that keep the quiet room under its floor are phrases whose score rises over
-the threshold but does not stay there for the 24 frames the rule asks (BENCHMARKS.md,
+the threshold but does not stay there for the 24 frames round 8's rule asked then (BENCHMARKS.md,
 "Round 8" and "Round 9"); shorter rules at any threshold wake on the dev negatives. A
 second stage could hear them instead: a loose rule (LOOSE: threshold and frames) marks a
 candidate, and the spoke's own speech model (Whisper, `strawberry-spoke transcribe`

@@ -106,9 +106,13 @@ def dev_sentences():
     """Ordinary English no model trained on and the test set does not read, for the dev
     voices' negatives: Python's reference manual (pydoc_data) and the docstrings
     train_sentences() leaves out (a module's attributes past its 80th, classes' methods),
-    without any training or test sentence."""
+    without any training or test sentence. Its walk imports more modules, which changes
+    what train_sentences() returns later in the same process: gen.py calls it only in its
+    own stage (eval-dev-voices)."""
     import inspect
     import pydoc_data.topics
+    # First: walking classes' methods may import more, and so change what a module lists.
+    seen = set(train_sentences()) | set(test_sentences()) | set(more_test_sentences())
     text = list(pydoc_data.topics.topics.values())
     for mod in _stdlib_modules():
         names = dir(mod)
@@ -123,7 +127,6 @@ def dev_sentences():
                     doc = getattr(m, "__doc__", None)
                     if isinstance(doc, str):
                         text.append(doc)
-    seen = set(train_sentences()) | set(test_sentences())
     sents = [s for s in sorted(set(_sentences(" ".join(text)))) if s not in seen]
     random.Random(5).shuffle(sents)
     return sents
