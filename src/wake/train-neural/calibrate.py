@@ -263,7 +263,8 @@ def bytes_scores(b, h, a):
             sys.exit(f"no dev negatives in {os.path.join(dev, d)} (WAKE_DEV_NEGATIVES names "
                      f"{d!r}): gen.py eval-dev writes \"negative\", gen.py eval-dev-voices "
                      "\"voices\"")
-    dev_files = sorted(p for d in DEV_ROOMS + tuple(DEV_NEGATIVES) for p in wavs_in(os.path.join(dev, d)))
+    dev_files = sorted(p for d in DEV_ROOMS + tuple(DEV_NEGATIVES)
+                       for p in wavs_in(os.path.join(dev, d)))
     key = hashlib.sha1(b + repr(dev_files).encode()).hexdigest()[:16]
     return key, _cached(key, "scores", lambda: dev_scores(h, a))
 

@@ -208,11 +208,12 @@ mkdir -p "$cache/pair" "$cache/half"
 nice -n 19 python3 calibrate.py --companion "$cache/pair/hey_strawberry.wake" "$word" \
   "$cache/train/hey_strawberry-c64.wake" "$cache/train/hey_strawberry-c64-ft.wake" \
   "$cache"/train/hey_strawberry-c64-ft2-e*.wake "$cache"/train/hey_strawberry-c64-r10-e*.wake
+halves=()
 for m in hey_strawberry-c64 hey_strawberry-c64-ft2-e4 hey_strawberry-c64-r10-e1 hey_strawberry-c64-r10-e2; do
   nice -n 19 python3 calibrate.py --half "$cache/train/$m.wake" "$cache/half/$m.wake"
+  halves+=("$cache/half/$m.wake")
 done
-nice -n 19 python3 calibrate.py --another "$word" "$cache/pair/hey_strawberry.wake" \
-  "$cache"/half/hey_strawberry-c64{,-ft2-e4,-r10-e1,-r10-e2}.wake
+nice -n 19 python3 calibrate.py --another "$word" "$cache/pair/hey_strawberry.wake" "${halves[@]}"
 unset WAKE_DEV_NEGATIVES
 # The stop word the daemon runs over a ringing timer (stop.py's header: ~40 min).
 export STOP_CACHE=${STOP_CACHE:-$HOME/.cache/strawberry/wake/stop}
