@@ -750,11 +750,17 @@ fn neural_word_needing(n: usize) -> WakeWord {
     WakeWord::from_bytes(&bytes, "mem").unwrap()
 }
 
+/// A neural word file's (first) header.
+fn header_of(file: &[u8]) -> serde_json::Value {
+    let len = u32::from_le_bytes(file[8..12].try_into().unwrap()) as usize;
+    serde_json::from_slice(&file[12..12 + len]).unwrap()
+}
+
 /// A neural word file with its (first) header changed by `edit`; the bytes after the
 /// header stay.
 fn with_header(file: &[u8], edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
     let len = u32::from_le_bytes(file[8..12].try_into().unwrap()) as usize;
-    let mut header: serde_json::Value = serde_json::from_slice(&file[12..12 + len]).unwrap();
+    let mut header = header_of(file);
     edit(&mut header);
     let header = serde_json::to_vec(&header).unwrap();
     let mut bytes = file[..8].to_vec();
@@ -764,16 +770,28 @@ fn with_header(file: &[u8], edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u8
     bytes
 }
 
+/// Each network of the bundled word as a file of its own, the main one first (a
+/// companion's agreement, which only a companion may hold, left out).
+fn bundled_networks() -> Vec<Vec<u8>> {
+    let mut rest = strawberry_spoke::wake::BUNDLED_NEURAL;
+    let mut networks = Vec::new();
+    while !rest.is_empty() {
+        let mut companion = 0;
+        let mut bytes = with_header(rest, |h| {
+            companion = h["companion_bytes"].as_u64().unwrap_or(0) as usize;
+            h["companion_bytes"] = 0.into();
+            h.as_object_mut().unwrap().remove("agreement");
+        });
+        bytes.truncate(bytes.len() - companion);
+        networks.push(bytes);
+        rest = &rest[rest.len() - companion..];
+    }
+    networks
+}
+
 /// The bundled word's main network as a file of its own, its header changed by `edit`.
 fn main_network_with(edit: impl Fn(&mut serde_json::Value)) -> Vec<u8> {
-    let mut companion = 0;
-    let mut bytes = with_header(strawberry_spoke::wake::BUNDLED_NEURAL, |h| {
-        companion = h["companion_bytes"].as_u64().unwrap_or(0) as usize;
-        h["companion_bytes"] = 0.into();
-        edit(h);
-    });
-    bytes.truncate(bytes.len() - companion);
-    bytes
+    with_header(&bundled_networks()[0], edit)
 }
 
 /// Networks chained into one word file: each announces the length of the next.
@@ -991,7 +1009,11 @@ fn rounded_to_half(file: &[u8]) -> (Vec<u8>, Vec<u8>) {
 fn half_float_networks_load_as_their_rounded_weights() {
     let _cores = cpu::heavy_blocking();
     let main = main_network_with(|_| {});
-    let (as_f32, as_f16) = rounded_to_half(&main);
+    let full = bundled_networks()
+        .into_iter()
+        .find(|n| header_of(n).get("dtype").is_none_or(|d| d == "f32"))
+        .expect("a network of the bundled word in f32");
+    let (as_f32, as_f16) = rounded_to_half(&full);
     assert!(
         as_f16.len() * 10 < as_f32.len() * 6,
         "{} bytes",
@@ -1009,7 +1031,7 @@ fn half_float_networks_load_as_their_rounded_weights() {
     let rounded = logits(&as_f16);
     assert_eq!(rounded, logits(&as_f32));
     // The rounding is real, and the check clip's phrase is still heard.
-    assert_ne!(rounded, logits(&main));
+    assert_ne!(rounded, logits(&full));
     assert!(rounded.iter().any(|&l| l > 0.0));
     let pair = chained(&[main.clone(), as_f16.clone()]);
     assert!(WakeWord::from_bytes(&pair, "mem").unwrap().is_neural());

@@ -34,10 +34,10 @@
 //! same speech, so together they may listen lower. On the dev split it heard 6 more in
 //! 100 of the espeak voices' phrases in a quiet room at `medium`, with no more false wakes
 //! (BENCHMARKS.md, "Two networks agreeing"). Each companion has its own agreement with
-//! the main network. Half floats let the bundled word carry a third network within the
-//! training pipeline's 2/3 MB (calibrate.py's MAX_WORD_BYTES): round 10's, whose agreement
-//! with round 8 hears more of the dev voices in a quiet room (BENCHMARKS.md, "Every dev
-//! voice in the dev negatives").
+//! the main network. Half floats let the bundled word carry four networks within the
+//! training pipeline's 2/3 MB (calibrate.py's MAX_WORD_BYTES): round 8's and round 3's (128
+//! channels) and round 10's in half floats, round 1's in f32; each companion's agreement
+//! with round 8 hears more of the dev voices (BENCHMARKS.md, "Four networks").
 
 use std::sync::Arc;
 
