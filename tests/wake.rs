@@ -1030,7 +1030,7 @@ fn half_float_networks_load_as_their_rounded_weights() {
     };
     let rounded = logits(&as_f16);
     assert_eq!(rounded, logits(&as_f32));
-    // The rounding is real, and the check clip's phrase is still heard.
+    // The rounding is real, and the check clip's phrase still scores over 0.5 in some frame.
     assert_ne!(rounded, logits(&full));
     assert!(rounded.iter().any(|&l| l > 0.0));
     let pair = chained(&[main.clone(), as_f16.clone()]);

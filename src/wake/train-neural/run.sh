@@ -144,13 +144,15 @@
 #   calibrate.py --half, --another  ~7 min  chose round 10's second epoch and its
 #                           agreement with round 8 (a word of 690 kB)
 # Four networks (2026-12-02, later; idle machine, on the same cache):
-#   calibrate.py   ~20 min  round 8's network in half floats, its rule and points, then
-#                           --companion, --another as above (~11 min), and --another once
-#                           more between round 3's and round 7's bundled networks in half
-#                           floats (~10 min): chose round 3's (a word of 694 kB)
+#   calibrate.py    ~3 min  round 8's network in half floats, its rule and points
+#   calibrate.py --companion  ~3 min, --another ~5 min  as above, on the f16 network
+#   calibrate.py --another  ~10 min  once more, between round 3's and round 7's bundled
+#                           networks in half floats: chose round 3's (a word of 694 kB);
+#                           this script offers every epoch of both (8 networks, some
+#                           20-30 min more)
 # In this script round 5 fine-tunes the run's own round 3 with its own mining, and round
 # 10 runs too (the third network).
-# About 7 h in all (rounds 6-8 about 1 h 20 min), and the stop word ~40 min more.
+# About 7 h 30 min in all (rounds 6-8 about 1 h 20 min), and the stop word ~40 min more.
 # Everything is cached under $WAKE_CACHE (default ~/.cache/strawberry/wake/neural; the
 # stop word's under $STOP_CACHE);
 # a rerun skips what exists, and training resumes from its last finished epoch. Delete
@@ -198,20 +200,20 @@ nice -n 19 python3 mine.py 6 "$r2" 500
 WAKE_ROUND=10 WAKE_FROM="$r2" nice -n 19 python3 train.py
 # The word's points are measured on 20 dev hours: the first 10, and 10 of every dev voice
 # reading text no split reads otherwise (BENCHMARKS.md, "Every dev voice"). Round 8's
-# network in half floats, and its rule and points on them; then its companion (calibrate.py --companion): of the
-# earlier rounds' 64-channel networks, the one that, with its own rule, hears the most dev
-# phrases round 8 misses within each point's false wakes, and at medium and high the
-# rule of the two agreeing that hears the most (BENCHMARKS.md, "A companion network" and
-# "Two networks agreeing"); then a third network in half floats with its own agreement
-# (calibrate.py --another; BENCHMARKS.md, "A third network"), and a fourth of 128
-# channels (BENCHMARKS.md, "Four networks").
+# network in half floats, and its rule and points on them; then its companion
+# (calibrate.py --companion): of the earlier rounds' 64-channel networks, the one that,
+# with its own rule, hears the most dev phrases round 8 misses within each point's false
+# wakes, and at medium and high the rule of the two agreeing that hears the most
+# (BENCHMARKS.md, "A companion network" and "Two networks agreeing"); then a third network
+# in half floats with its own agreement (calibrate.py --another; BENCHMARKS.md, "A third
+# network"), and a fourth of 128 channels (BENCHMARKS.md, "Four networks").
 WAKE_DEV_NEG_HOURS=10 nice -n 19 python3 gen.py eval-dev
 nice -n 19 python3 gen.py eval-dev-voices
 export WAKE_DEV_NEGATIVES=negative,voices
 word=$repo/src/wake/hey_strawberry.wake
 mkdir -p "$cache/pair" "$cache/half"
-# In half floats round 8's network hears the dev split as in f32, and leaves room for the
-# fourth network.
+# In half floats round 8's network heard the dev split as in f32 (BENCHMARKS.md, "Four
+# networks"), and leaves room for the fourth network.
 nice -n 19 python3 calibrate.py --half "$word" "$cache/half/main.wake"
 nice -n 19 python3 calibrate.py "$word" "$repo/tests/wake/neural-check" "$cache/half/main.wake"
 nice -n 19 python3 calibrate.py --companion "$cache/pair/hey_strawberry.wake" "$word" \
@@ -222,7 +224,8 @@ for m in hey_strawberry-c64 hey_strawberry-c64-ft2-e4 hey_strawberry-c64-r10-e1 
   nice -n 19 python3 calibrate.py --half "$cache/train/$m.wake" "$cache/half/$m.wake"
   halves+=("$cache/half/$m.wake")
 done
-nice -n 19 python3 calibrate.py --another "$cache/pair/three.wake" "$cache/pair/hey_strawberry.wake" "${halves[@]}"
+nice -n 19 python3 calibrate.py --another "$cache/pair/three.wake" "$cache/pair/hey_strawberry.wake" \
+  "${halves[@]}"
 # The fourth: a 128-channel network of round 3 or round 7 in half floats.
 wide=()
 for m in "$cache"/train/hey_strawberry-c128-r3-e*.wake "$cache"/train/hey_strawberry-c128-r7-e*.wake; do
