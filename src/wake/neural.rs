@@ -35,9 +35,9 @@
 //! 100 of the espeak voices' phrases in a quiet room at `medium`, with no more false wakes
 //! (BENCHMARKS.md, "Two networks agreeing"). Each companion has its own agreement with
 //! the main network. Half floats let the bundled word carry four networks within the
-//! training pipeline's 2/3 MB (calibrate.py's MAX_WORD_BYTES): round 8's and round 3's (128
+//! training pipeline's 2/3 MB (calibrate.py's MAX_WORD_BYTES): round 8's and round 12's (128
 //! channels) and round 10's in half floats, round 1's in f32; each companion's agreement
-//! with round 8 hears more of the dev voices (BENCHMARKS.md, "Four networks").
+//! with round 8 hears more of the dev voices (BENCHMARKS.md, "Four networks", "Round 12").
 
 use std::sync::Arc;
 

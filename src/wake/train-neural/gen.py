@@ -5,6 +5,7 @@ features computed once (CACHE/feat/SPLIT-NNN.npz). Stage 3: the test set as WAV 
 for the side-by-side evaluation in Rust (CACHE/eval/).
 Each output is written atomically and skipped when present, so a rerun resumes."""
 
+import glob
 import json
 import os
 import random
@@ -633,6 +634,34 @@ def eval_job(job):
         write_wav(path, x)
 
 
+# Other vocal tract lengths (round 12): the quiet room's phrases pitched by sox, every
+# frequency with the pitch as a shorter or longer vocal tract moves it, so up +5 and +7
+# semitones they sound as children and small women might and down as deep voices; the
+# rooms' "other speakers" reach only 3 semitones, where the word hears every dev phrase.
+# calibrate.py does not read these; `wakeword test` counts what a word hears (run.sh).
+PITCHES = (-700, -500, 500, 700)
+
+
+def pitched_job(job):
+    src, dst, cents = job
+    if not os.path.exists(dst):
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        subprocess.run([*SOX, src, dst[:-4] + ".tmp.wav", "pitch", str(cents)], check=True,
+                       capture_output=True, timeout=60)
+        os.replace(dst[:-4] + ".tmp.wav", dst)
+
+
+def stage_pitched(workers, split):
+    """eval(-dev)/pitched/CENTS/: the quiet room's phrases not pitched already, at PITCHES."""
+    root = os.path.join(CACHE, "eval" if split == "test" else "eval-dev")
+    srcs = [p for p in sorted(glob.glob(os.path.join(root, "quiet", "*.wav")))
+            if "_pitch" not in os.path.basename(p) and not p.endswith(".tmp.wav")]
+    jobs = [(p, os.path.join(root, "pitched", f"{c:+d}", os.path.basename(p)), c)
+            for c in PITCHES for p in srcs]
+    with Pool(workers) as pool:
+        list(pool.imap_unordered(pitched_job, jobs, chunksize=16))
+
+
 # The test set's first negatives (2.83 h): speech, speech over music, noise alone.
 FIRST_NEG = {"speech": 24, "tv": 6, "noise": 4}
 _SENTS = {}
@@ -823,6 +852,10 @@ if __name__ == "__main__":
     # (calibrate.py reads them when WAKE_DEV_NEGATIVES names "voices").
     if stage == "eval-dev-voices":
         stage_dev_voices(workers)
+    # Not part of "all": the dev and test phrases at other vocal tract lengths (round 12).
+    if stage == "eval-pitched":
+        stage_pitched(workers, "dev")
+        stage_pitched(workers, "test")
     # "eval-test": the held-out set alone, e.g. to lengthen its negatives (WAKE_NEG_HOURS).
     if stage in ("eval", "eval-test", "all"):
         stage_eval(workers, "test")
