@@ -638,7 +638,8 @@ def eval_job(job):
 # frequency with the pitch as a shorter or longer vocal tract moves it, so up +5 and +7
 # semitones they sound as children and small women might and down as deep voices; the
 # rooms' "other speakers" reach only 3 semitones, where the word hears every dev phrase.
-# calibrate.py does not read these; `wakeword test` counts what a word hears (run.sh).
+# calibrate.py does not read these; `wakeword test` counts what a word hears (BENCHMARKS.md,
+# "Round 12").
 PITCHES = (-700, -500, 500, 700)
 
 
