@@ -643,24 +643,58 @@ def eval_job(job):
 PITCHES = (-700, -500, 500, 700)
 
 
-def pitched_job(job):
-    src, dst, cents = job
+def sox_file_job(job):
+    """sox's effects from one WAV file to another, written atomically and kept on reruns."""
+    src, dst, effects = job
     if not os.path.exists(dst):
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        subprocess.run([*SOX, src, dst[:-4] + ".tmp.wav", "pitch", str(cents)], check=True,
+        subprocess.run([*SOX, src, dst[:-4] + ".tmp.wav", *effects], check=True,
                        capture_output=True, timeout=60)
         os.replace(dst[:-4] + ".tmp.wav", dst)
+
+
+def unpitched_quiet(root):
+    """The quiet room's phrases of a split (root) that are not pitched already."""
+    return [p for p in sorted(glob.glob(os.path.join(root, "quiet", "*.wav")))
+            if "_pitch" not in os.path.basename(p) and not p.endswith(".tmp.wav")]
 
 
 def stage_pitched(workers, split):
     """eval(-dev)/pitched/CENTS/: the quiet room's phrases not pitched already, at PITCHES."""
     root = os.path.join(CACHE, "eval" if split == "test" else "eval-dev")
-    srcs = [p for p in sorted(glob.glob(os.path.join(root, "quiet", "*.wav")))
-            if "_pitch" not in os.path.basename(p) and not p.endswith(".tmp.wav")]
-    jobs = [(p, os.path.join(root, "pitched", f"{c:+d}", os.path.basename(p)), c)
-            for c in PITCHES for p in srcs]
+    jobs = [(p, os.path.join(root, "pitched", f"{c:+d}", os.path.basename(p)), ["pitch", str(c)])
+            for c in PITCHES for p in unpitched_quiet(root)]
     with Pool(workers) as pool:
-        list(pool.imap_unordered(pitched_job, jobs, chunksize=16))
+        list(pool.imap_unordered(sox_file_job, jobs, chunksize=16))
+
+
+# Other frequency responses: the quiet room's phrases, each twice, through three random
+# resonances or dips (sox equalizer: 150-6500 Hz, Q 0.7-4, -18 to +12 dB) and a bass or
+# treble shelf (+-8 dB), as microphones, enclosures and loudspeakers colour a voice; mic()'s
+# band limits are flat inside the band. A random generator per phrase index, so a rerun
+# writes the same chains (CACHE/eval(-dev)/coloured/effects.txt lists them). calibrate.py
+# does not read these; `wakeword test` counts what a word hears (BENCHMARKS.md, "Other
+# frequency responses").
+def coloured_effects(index, copy):
+    r = random.Random(index * 2 + copy)
+    eff = []
+    for _ in range(3):
+        f = 150 * (6500 / 150) ** r.random()
+        eff += ["equalizer", f"{f:.0f}", f"{r.uniform(0.7, 4):.2f}q", f"{r.uniform(-18, 12):.1f}"]
+    return eff + [r.choice(["bass", "treble"]), f"{r.uniform(-8, 8):.1f}", "norm", "-3"]
+
+
+def stage_coloured(workers, split):
+    """eval(-dev)/coloured/: the quiet room's phrases not pitched already, twice each."""
+    root = os.path.join(CACHE, "eval" if split == "test" else "eval-dev")
+    out = os.path.join(root, "coloured")
+    jobs = [(p, os.path.join(out, os.path.basename(p)[:-4] + f"_col{c}.wav"), coloured_effects(i, c))
+            for i, p in enumerate(unpitched_quiet(root)) for c in (0, 1)]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "effects.txt"), "w") as f:
+        f.writelines(f"{os.path.basename(d)} {' '.join(e)}\n" for _, d, e in jobs)
+    with Pool(workers) as pool:
+        list(pool.imap_unordered(sox_file_job, jobs, chunksize=16))
 
 
 # The test set's first negatives (2.83 h): speech, speech over music, noise alone.
@@ -857,6 +891,10 @@ if __name__ == "__main__":
     if stage == "eval-pitched":
         stage_pitched(workers, "dev")
         stage_pitched(workers, "test")
+    # Not part of "all": the dev and test phrases through other frequency responses.
+    if stage == "eval-coloured":
+        stage_coloured(workers, "dev")
+        stage_coloured(workers, "test")
     # "eval-test": the held-out set alone, e.g. to lengthen its negatives (WAKE_NEG_HOURS).
     if stage in ("eval", "eval-test", "all"):
         stage_eval(workers, "test")

@@ -157,6 +157,9 @@
 #   gen.py eval-pitched 1 min  the quiet dev and test phrases at +-5 and +-7 semitones
 #   calibrate.py --half, --another  ~4 min  round 12's epochs as the fourth network;
 #                           chose the second (dev score 0.836 against round 3's 0.824)
+#   gen.py eval-coloured 40 s  the quiet dev and test phrases through other frequency
+#                           responses, twice each (measured only: BENCHMARKS.md, "Other
+#                           frequency responses")
 # In this script round 5 fine-tunes the run's own round 3 with its own mining, and rounds
 # 10 and 12 run too (the third and fourth networks).
 # About 8 h in all (rounds 6-8 about 1 h 20 min, round 12 about 22 min), and the stop word
@@ -214,6 +217,7 @@ WAKE_ROUND=10 WAKE_FROM="$r2" nice -n 19 python3 train.py
 WAKE_CHANNELS=128 nice -n 19 python3 mine.py 7 "$r8" 500
 WAKE_ROUND=12 WAKE_CHANNELS=128 WAKE_FROM="$r8" nice -n 19 python3 train.py
 nice -n 19 python3 gen.py eval-pitched
+nice -n 19 python3 gen.py eval-coloured
 # The word's points are measured on 20 dev hours: the first 10, and 10 of every dev voice
 # reading text no split reads otherwise (BENCHMARKS.md, "Every dev voice"). Round 8's
 # network in half floats, and its rule and points on them; then its companion
