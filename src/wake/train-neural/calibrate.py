@@ -549,6 +549,11 @@ def companion(dst, main_path, candidates, keep=False):
                   f"{MAX_WORD_BYTES}", flush=True)
             continue
         hc, ac = read_model(path)
+        if any(same_network(ac, a) for a in [am] + [a for _, a in kept]):
+            # Its scores would only repeat a network's the word holds.
+            print(f"{os.path.basename(path)}: the word holds this network already (maybe in "
+                  "other floats)", flush=True)
+            continue
         _, (cpos, cnegs, cclips) = scores_cached(path, hc, ac)
         mine = None
         for k in RULES:
@@ -607,6 +612,13 @@ def companion(dst, main_path, candidates, keep=False):
     write_model(dst, hm, am, companions)
     print(json.dumps(hc["companion_of"], indent=1))
     print(f"wrote {dst}: companion {os.path.basename(path)} with min_frames {k}, points {points}")
+
+
+def same_network(a, b):
+    """Whether two networks' arrays are one network's, in f32 or rounded to half floats
+    (whose rounding moves a weight by at most 2^-11 of it)."""
+    return a.keys() == b.keys() and all(
+        a[n].shape == b[n].shape and np.allclose(a[n], b[n], rtol=1e-3, atol=1e-6) for n in a)
 
 
 def half(src, dst):
