@@ -697,6 +697,21 @@ def stage_coloured(workers, split):
         list(pool.imap_unordered(sox_file_job, jobs, chunksize=16))
 
 
+# Other speaking rates: the quiet room's phrases slower and faster (sox tempo, pitch and
+# formants kept); the voices' own rates span less. Measured only, as the coloured phrases
+# (BENCHMARKS.md, "Other speaking rates").
+TEMPOS = ("0.8", "1.25", "1.4")
+
+
+def stage_tempo(workers, split):
+    """eval(-dev)/tempo/RATE/: the quiet room's phrases not pitched already, at TEMPOS."""
+    root = os.path.join(CACHE, "eval" if split == "test" else "eval-dev")
+    jobs = [(p, os.path.join(root, "tempo", t, os.path.basename(p)), ["tempo", "-s", t])
+            for t in TEMPOS for p in unpitched_quiet(root)]
+    with Pool(workers) as pool:
+        list(pool.imap_unordered(sox_file_job, jobs, chunksize=16))
+
+
 # The test set's first negatives (2.83 h): speech, speech over music, noise alone.
 FIRST_NEG = {"speech": 24, "tv": 6, "noise": 4}
 _SENTS = {}
@@ -895,6 +910,10 @@ if __name__ == "__main__":
     if stage == "eval-coloured":
         stage_coloured(workers, "dev")
         stage_coloured(workers, "test")
+    # Not part of "all": the dev and test phrases at other speaking rates.
+    if stage == "eval-tempo":
+        stage_tempo(workers, "dev")
+        stage_tempo(workers, "test")
     # "eval-test": the held-out set alone, e.g. to lengthen its negatives (WAKE_NEG_HOURS).
     if stage in ("eval", "eval-test", "all"):
         stage_eval(workers, "test")

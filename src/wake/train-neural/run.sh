@@ -160,6 +160,8 @@
 #   gen.py eval-coloured 40 s  the quiet dev and test phrases through other frequency
 #                           responses, twice each (measured only: BENCHMARKS.md, "Other
 #                           frequency responses")
+#   gen.py eval-tempo  15 s  the same phrases 0.8, 1.25 and 1.4 times as fast (measured
+#                           only: BENCHMARKS.md, "Other speaking rates")
 # In this script round 5 fine-tunes the run's own round 3 with its own mining, and rounds
 # 10 and 12 run too (the third and fourth networks).
 # About 8 h in all (rounds 6-8 about 1 h 20 min, round 12 about 22 min), and the stop word
@@ -218,6 +220,7 @@ WAKE_CHANNELS=128 nice -n 19 python3 mine.py 7 "$r8" 500
 WAKE_ROUND=12 WAKE_CHANNELS=128 WAKE_FROM="$r8" nice -n 19 python3 train.py
 nice -n 19 python3 gen.py eval-pitched
 nice -n 19 python3 gen.py eval-coloured
+nice -n 19 python3 gen.py eval-tempo
 # The word's points are measured on 20 dev hours: the first 10, and 10 of every dev voice
 # reading text no split reads otherwise (BENCHMARKS.md, "Every dev voice"). Round 8's
 # network in half floats, and its rule and points on them; then its companion

@@ -276,7 +276,12 @@ def export(p, mean, std, path, meta):
 # with 4 clips in 10 heard through a random frequency response (resonances and dips of
 # +-12 dB, a tilt of +-6 dB). As the fourth network it heard no more of the dev phrases
 # through other microphones' responses (gen.py eval-coloured: 373 of 400 against 375) and
-# fewer in a quiet room (BENCHMARKS.md, "Other frequency responses").
+# fewer in a quiet room (BENCHMARKS.md, "Other frequency responses"). So was round 14, the
+# same with 3 clips in 10 read at 0.75-1.3 times the rate (their frames interpolated, the
+# phrase's end moved with them): as the fourth network it heard more of the dev phrases
+# said slower or faster (gen.py eval-tempo: 540 of 600 against 524) but fewer in a quiet
+# room, and calibrate.py chose round 12's network over it (BENCHMARKS.md, "Other speaking
+# rates").
 ROUND = os.environ.get("WAKE_ROUND", "")
 BUNDLED = os.path.join(common.REPO, "src", "wake", "hey_strawberry.wake")
 ROUNDS = {"1": ("ft", f"state-c{C}.npz", ["mine"], 4, 5e-4, 25),
