@@ -550,7 +550,7 @@ def companion(dst, main_path, candidates, keep=False):
             continue
         hc, ac = read_model(path)
         if any(same_network(ac, a) for a in [am] + [a for _, a in kept]):
-            # Its scores would only repeat a network's the word holds.
+            # Its scores would only repeat those of a network the word holds.
             print(f"{os.path.basename(path)}: the word holds this network already (maybe in "
                   "other floats)", flush=True)
             continue
