@@ -111,6 +111,14 @@ DEV_FESTIVAL_PHRASE = "Hei stroberi"
 # voices (the test set's) stay held-out speakers, and the dev voices above stay unseen.
 # Festival's Russian voice reads only Cyrillic, so it is left out.
 TRAIN_FESTIVAL = ["czech_dita", "czech_krb", "czech_ph", "upc_ca_ona_hts"]
+# Festival's Hindi, Marathi and Telugu voices (packages festvox-hi-nsk, festvox-mr-nsk,
+# festvox-te-nsk: one speaker's diphones in three languages), which no split trains or tunes
+# on: held out and measured only (gen.py eval-indic; BENCHMARKS.md, "An Indian speaker's
+# voices"), an accent and voices no other split has. Each says the phrase respelled in its
+# script (Whisper base reads each as "Hey strawberry!"), and commands in its own language
+# (texts.INDIC_COMMANDS), as a household speaking its own language would.
+INDIC_FESTIVAL = {"hindi_NSK_diphone": "हेय् स्ट्रॉबेरी", "marathi_NSK_diphone": "हेय् स्ट्रॉबेरी",
+                  "telugu_NSK_diphone": "హేయ్ స్ట్రాబెర్రీ"}
 # Round 9's made-up espeak-ng speakers (gen.py made): variant files of random pitch,
 # vocal tract (every formant scaled together, then each a little on its own), breath,
 # roughness and synthesis mode, under a private copy of espeak-ng's data. The dev and test

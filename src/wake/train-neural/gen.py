@@ -9,6 +9,7 @@ import glob
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -568,11 +569,20 @@ def write_wav(path, x):
     os.replace(tmp, path)
 
 
+def sox_pitch(x, cents):
+    """Audio pitched by sox, formants with the pitch (another speaker's vocal tract)."""
+    raw = (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
+    fmt = ["-t", "raw", "-r", str(SR), "-e", "signed", "-b", "16", "-c", "1"]
+    p = subprocess.run([*SOX, *fmt, "-", *fmt, "-", "pitch", str(cents)],
+                       input=raw, capture_output=True, check=True)
+    return np.frombuffer(p.stdout, "<i2").astype(np.float32) / 32768.0
+
+
 def eval_job(job):
     kind, i, voice, extra, split = job
     rng = np.random.default_rng(77_000 + i * 13 + ["phrase", "speech", "tv", "noise"].index(kind)
-                                + (0 if split == "test" else 5_000_000))
-    root = os.path.join(CACHE, "eval" if split == "test" else "eval-dev")
+                                + {"test": 0, "dev": 5_000_000, "indic": 9_000_000}[split])
+    root = os.path.join(CACHE, {"test": "eval", "dev": "eval-dev", "indic": "eval-indic"}[split])
     engine, v, variant = voice
     if kind == "phrase":
         # One utterance per voice and command: "hey strawberry" then the command, same
@@ -581,7 +591,8 @@ def eval_job(job):
         out = {c: os.path.join(root, c, name + ".wav") for c in ("quiet", "reverb", "noise10", "babble5")}
         if all(os.path.exists(p) for p in out.values()):
             return
-        said = common.DEV_FESTIVAL_PHRASE if v in common.DEV_FESTIVAL else "hey strawberry"
+        said = (common.DEV_FESTIVAL_PHRASE if v in common.DEV_FESTIVAL
+                else common.INDIC_FESTIVAL.get(v, "hey strawberry"))
         ph = trim(synth(engine, v, variant, said, 0.45, 0.5))
         co = trim(synth(engine, v, variant, cmd, 0.45, 0.5))
         lead = np.zeros(int(SR * 1.0), np.float32)
@@ -589,13 +600,9 @@ def eval_job(job):
         x = np.concatenate([lead, ph, gap, co, np.zeros(int(SR * 0.7), np.float32)])
         end = len(lead) + len(ph)
         if pitch_cents:
-            raw = (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
-            fmt = ["-t", "raw", "-r", str(SR), "-e", "signed", "-b", "16", "-c", "1"]
-            p = subprocess.run([*SOX, *fmt, "-", *fmt, "-", "pitch", str(pitch_cents)],
-                               input=raw, capture_output=True, check=True)
-            x = np.frombuffer(p.stdout, "<i2").astype(np.float32) / 32768.0
+            x = sox_pitch(x, pitch_cents)
         x = x / (np.abs(x).max() + 1e-9) * 0.5
-        babble_src = extra_babble(split)
+        babble_src = extra_babble("dev" if split == "dev" else "test")
         conds = {
             "quiet": x,
             "reverb": fftconvolve(x, room_ir(rng, rt60=0.7))[: len(x)].astype(np.float32),
@@ -632,6 +639,60 @@ def eval_job(job):
                 ["white", "pink", "brown", "music", "hum", "babble"]))) * 0.1
         x = x / (np.abs(x).max() + 1e-9) * 0.5
         write_wav(path, x)
+
+
+def stage_indic(workers):
+    """eval-indic/: festival's Hindi, Marathi and Telugu voices (common.INDIC_FESTIVAL), as
+    said and pitched 3 semitones up and down as the test set's other speakers are, each
+    saying the phrase and its 16 commands in the test set's four rooms (the test set's
+    babble). Held out and measured only: calibrate.py does not read these; `wakeword test`
+    counts what a word hears (BENCHMARKS.md, "An Indian speaker's voices")."""
+    jobs, k = [], 0
+    for v, cmds in texts.INDIC_COMMANDS.items():
+        for cents in (0, -300, 300):
+            for ci, cmd in enumerate(cmds):
+                pitch = "default" if cents == 0 else f"pitch{cents:+d}"
+                jobs.append(("phrase", k, ("festival", v, ""), (f"festival_{v}_{pitch}_{ci:02d}", cmd, cents),
+                             "indic"))
+                k += 1
+    with Pool(workers) as pool:
+        list(pool.imap_unordered(eval_job, jobs))
+        list(pool.imap_unordered(indic_negative_job, range(12)))
+
+
+def indic_negative_job(i):
+    """eval-indic/negative/: one of 12 five-minute files (an hour) of the voices reading
+    their language's sample text (festival-hi, -mr, -te's examples/sample.txt, the only
+    running text in these languages Debian ships: 2.7, 2.3 and 0.8 minutes as said) from a
+    random sentence on, at random rates, and their commands, four files a voice: as said,
+    pitched 3 semitones up and down, and as said over music (a TV). Few minutes of
+    distinct speech said many ways: a check that the languages' sounds do not wake the
+    word, not a false-wake rate to set beside the test set's 10 hours."""
+    path = os.path.join(CACHE, "eval-indic", "negative", f"indic-{i:03d}.wav")
+    if os.path.exists(path):
+        return
+    rng = np.random.default_rng(99_000 + i)
+    voice = list(common.INDIC_FESTIVAL)[i % 3]
+    lang = {"hindi": "hi", "marathi": "mr", "telugu": "te"}[voice.split("_")[0]]
+    with open(f"/usr/share/doc/festival-{lang}/examples/sample.txt", encoding="utf-8") as f:
+        sents = [t.strip() for t in re.split(r"[।.!?\n]+", f.read()) if t.strip()]
+    sents += texts.INDIC_COMMANDS[voice]
+    parts, total = [], 0
+    j = int(rng.integers(len(sents)))
+    while total < 300 * SR:
+        s = trim(synth("festival", voice, "", " ".join(sents[j % len(sents): j % len(sents) + 3]),
+                       rng.random(), 0.5))
+        j += 3
+        parts += [s, np.zeros(int(SR * rng.uniform(0.2, 1.2)), np.float32)]
+        total += len(s) + len(parts[-1])
+    x = np.concatenate(parts)[: 300 * SR]
+    cents = (0, 300, -300)[(i // 3) % 3]
+    if cents:
+        x = sox_pitch(x / (np.abs(x).max() + 1e-9) * 0.5, cents)
+    x = x / (np.abs(x).max() + 1e-9) * 0.5
+    if i >= 9:
+        x = x + music(rng, len(x)) * rms_active(x) / 10 ** (rng.uniform(0, 10) / 20)
+    write_wav(path, x / (np.abs(x).max() + 1e-9) * 0.5)
 
 
 # Other vocal tract lengths (round 12): the quiet room's phrases pitched by sox, every
@@ -914,6 +975,9 @@ if __name__ == "__main__":
     if stage == "eval-tempo":
         stage_tempo(workers, "dev")
         stage_tempo(workers, "test")
+    # Not part of "all": festival's Hindi, Marathi and Telugu voices, held out.
+    if stage == "eval-indic":
+        stage_indic(workers)
     # "eval-test": the held-out set alone, e.g. to lengthen its negatives (WAKE_NEG_HOURS).
     if stage in ("eval", "eval-test", "all"):
         stage_eval(workers, "test")

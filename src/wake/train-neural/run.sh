@@ -10,7 +10,8 @@
 # festvox-kdlpc16k festvox-us-slt-hts festlex-cmu sox, for the dev split (round 5
 # on) festvox-suopuhe-lj festvox-suopuhe-mv festvox-italp16k festvox-itapc16k
 # festvox-czech-machac, and for round 6's extra voices festvox-czech-dita
-# festvox-czech-krb festvox-czech-ph festvox-ca-ona-hts; (PyPI) numpy scipy jax
+# festvox-czech-krb festvox-czech-ph festvox-ca-ona-hts, for the held-out Indian speaker
+# festvox-hi-nsk festvox-mr-nsk festvox-te-nsk; (PyPI) numpy scipy jax
 # (jax 0.10 with its CPU jaxlib: ~100 MB, installs in a minute; PyPI's torch wheel
 # pulls gigabytes of CUDA libraries, so it is not used). Nothing else is downloaded.
 #
@@ -162,6 +163,11 @@
 #                           frequency responses")
 #   gen.py eval-tempo  15 s  the same phrases 0.8, 1.25 and 1.4 times as fast (measured
 #                           only: BENCHMARKS.md, "Other speaking rates")
+# An Indian speaker (2026-12-03, beside a CI run):
+#   gen.py eval-indic ~12 min  festival's Hindi, Marathi and Telugu voices, held out: 144
+#                           phrases in each of the test set's rooms (1.5 min) and an hour of
+#                           their speech (measured only: BENCHMARKS.md, "An Indian speaker's
+#                           voices")
 # In this script round 5 fine-tunes the run's own round 3 with its own mining, and rounds
 # 10 and 12 run too (the third and fourth networks).
 # About 8 h in all (rounds 6-8 about 1 h 20 min, round 12 about 22 min), and the stop word
@@ -221,6 +227,7 @@ WAKE_ROUND=12 WAKE_CHANNELS=128 WAKE_FROM="$r8" nice -n 19 python3 train.py
 nice -n 19 python3 gen.py eval-pitched
 nice -n 19 python3 gen.py eval-coloured
 nice -n 19 python3 gen.py eval-tempo
+nice -n 19 python3 gen.py eval-indic
 # The word's points are measured on 20 dev hours: the first 10, and 10 of every dev voice
 # reading text no split reads otherwise (BENCHMARKS.md, "Every dev voice"). Round 8's
 # network in half floats, and its rule and points on them; then its companion
