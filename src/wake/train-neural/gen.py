@@ -647,6 +647,15 @@ def stage_indic(workers):
     saying the phrase and its 16 commands in the test set's four rooms (the test set's
     babble). Held out and measured only: calibrate.py does not read these; `wakeword test`
     counts what a word hears (BENCHMARKS.md, "An Indian speaker's voices")."""
+    for v in common.INDIC_FESTIVAL:
+        lang = v.split("_")[0]
+        if not os.path.isdir(f"/usr/share/festival/voices/{lang}/{v}"):
+            raise SystemExit(f"festival's {v} voice not found: apt-get install festvox-hi-nsk "
+                             "festvox-mr-nsk festvox-te-nsk")
+        if not os.path.exists(indic_sample(v)):
+            raise SystemExit(f"{indic_sample(v)} not found: it comes with festival-{INDIC_LANG[lang]} "
+                             "(festvox-*-nsk installs it); where dpkg leaves out /usr/share/doc, "
+                             "reinstall it with that path allowed")
     jobs, k = [], 0
     for v, cmds in texts.INDIC_COMMANDS.items():
         for cents in (0, -300, 300):
@@ -658,6 +667,14 @@ def stage_indic(workers):
     with Pool(workers) as pool:
         list(pool.imap_unordered(eval_job, jobs))
         list(pool.imap_unordered(indic_negative_job, range(12)))
+
+
+INDIC_LANG = {"hindi": "hi", "marathi": "mr", "telugu": "te"}
+
+
+def indic_sample(voice):
+    """The running text Debian ships in the voice's language (its festival-xx package)."""
+    return f"/usr/share/doc/festival-{INDIC_LANG[voice.split('_')[0]]}/examples/sample.txt"
 
 
 def indic_negative_job(i):
@@ -673,8 +690,7 @@ def indic_negative_job(i):
         return
     rng = np.random.default_rng(99_000 + i)
     voice = list(common.INDIC_FESTIVAL)[i % 3]
-    lang = {"hindi": "hi", "marathi": "mr", "telugu": "te"}[voice.split("_")[0]]
-    with open(f"/usr/share/doc/festival-{lang}/examples/sample.txt", encoding="utf-8") as f:
+    with open(indic_sample(voice), encoding="utf-8") as f:
         sents = [t.strip() for t in re.split(r"[।.!?\n]+", f.read()) if t.strip()]
     sents += texts.INDIC_COMMANDS[voice]
     parts, total = [], 0
