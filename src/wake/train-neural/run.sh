@@ -163,11 +163,11 @@
 #                           frequency responses")
 #   gen.py eval-tempo  15 s  the same phrases 0.8, 1.25 and 1.4 times as fast (measured
 #                           only: BENCHMARKS.md, "Other speaking rates")
-# An Indian speaker (2026-12-03, beside a CI run):
-#   gen.py eval-indic ~12 min  festival's Hindi, Marathi and Telugu voices, held out: 144
-#                           phrases in each of the test set's rooms (1.5 min) and an hour of
-#                           their speech (measured only: BENCHMARKS.md, "An Indian speaker's
-#                           voices")
+# An Indian speaker (2026-12-03, idle machine):
+#   gen.py eval-indic  2 min  festival's Hindi, Marathi and Telugu voices, held out: 144
+#                           phrases in each of the test set's rooms and an hour of their
+#                           speech (12 min beside a CI run; measured only: BENCHMARKS.md, "An
+#                           Indian speaker's voices")
 # In this script round 5 fine-tunes the run's own round 3 with its own mining, and rounds
 # 10 and 12 run too (the third and fourth networks).
 # About 8 h in all (rounds 6-8 about 1 h 20 min, round 12 about 22 min), and the stop word
