@@ -775,9 +775,10 @@ def stage_coloured(workers, split):
 
 
 # Other speaking rates: the quiet room's phrases slower and faster (sox tempo, pitch and
-# formants kept); the voices' own rates span less. Measured only, as the coloured phrases
+# formants kept; 0.65 from 2026-12-03, a slow, deliberate speaker); the voices' own rates
+# span less. Measured only, as the coloured phrases
 # (BENCHMARKS.md, "Other speaking rates").
-TEMPOS = ("0.8", "1.25", "1.4")
+TEMPOS = ("0.65", "0.8", "1.25", "1.4")
 
 
 def stage_tempo(workers, split):

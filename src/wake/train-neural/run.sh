@@ -162,7 +162,8 @@
 #                           responses, twice each (measured only: BENCHMARKS.md, "Other
 #                           frequency responses")
 #   gen.py eval-tempo  15 s  the same phrases 0.8, 1.25 and 1.4 times as fast (measured
-#                           only: BENCHMARKS.md, "Other speaking rates")
+#                           only: BENCHMARKS.md, "Other speaking rates"; 0.65 added on
+#                           2026-12-03, 17 s for the test half alone)
 # An Indian speaker (2026-12-03, idle machine):
 #   gen.py eval-indic  2 min  festival's Hindi, Marathi and Telugu voices, held out: 144
 #                           phrases in each of the test set's rooms and an hour of their
