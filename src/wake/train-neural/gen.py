@@ -569,6 +569,25 @@ def write_wav(path, x):
     os.replace(tmp, path)
 
 
+def read_on(voice, sents, rng, seconds, pitch=None, normalise=False):
+    """A voice reading `sents` three at a time from a random one on, each stretch at a random
+    rate (and pitch, unless `pitch` is given) and followed by a pause of 0.2-1.2 s, until
+    `seconds` of audio: the stretches and pauses in order. `normalise` brings each stretch
+    to the same peak. The random draws are in the order every negative file was written."""
+    engine, v, variant = voice
+    parts, total = [], 0
+    j = int(rng.integers(len(sents)))
+    while total < seconds * SR:
+        s = trim(synth(engine, v, variant, " ".join(sents[j % len(sents): j % len(sents) + 3]),
+                       rng.random(), rng.random() if pitch is None else pitch))
+        j += 3
+        if normalise:
+            s = s / (np.abs(s).max() + 1e-9) * 0.5
+        parts += [s, np.zeros(int(SR * rng.uniform(0.2, 1.2)), np.float32)]
+        total += len(s) + len(parts[-1])
+    return parts
+
+
 def sox_pitch(x, cents):
     """Audio pitched by sox, formants with the pitch (another speaker's vocal tract)."""
     raw = (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
@@ -620,16 +639,10 @@ def eval_job(job):
         if os.path.exists(path):
             return
         sents = neg_sentences(split, i >= FIRST_NEG[kind])
-        parts, total = [], 0
-        j = int(rng.integers(len(sents)))
         # Noise files past the first set skip the speech they would discard (the first
         # ones keep it: their random draws, and so their files, stay as they were).
-        while total < 300 * SR and not (kind == "noise" and i >= FIRST_NEG[kind]):
-            s = trim(synth(engine, v, variant, " ".join(sents[j % len(sents): j % len(sents) + 3]),
-                           rng.random(), rng.random()))
-            j += 3
-            parts += [s, np.zeros(int(SR * rng.uniform(0.2, 1.2)), np.float32)]
-            total += len(s) + len(parts[-1])
+        skip = kind == "noise" and i >= FIRST_NEG[kind]
+        parts = read_on(voice, sents, rng, 0 if skip else 300)
         x = np.concatenate(parts)[: 300 * SR] if parts else np.zeros(300 * SR, np.float32)
         x = x / (np.abs(x).max() + 1e-9) * 0.5
         if kind == "tv":
@@ -693,15 +706,7 @@ def indic_negative_job(i):
     with open(indic_sample(voice), encoding="utf-8") as f:
         sents = [t.strip() for t in re.split(r"[।.!?\n]+", f.read()) if t.strip()]
     sents += texts.INDIC_COMMANDS[voice]
-    parts, total = [], 0
-    j = int(rng.integers(len(sents)))
-    while total < 300 * SR:
-        s = trim(synth("festival", voice, "", " ".join(sents[j % len(sents): j % len(sents) + 3]),
-                       rng.random(), 0.5))
-        j += 3
-        parts += [s, np.zeros(int(SR * rng.uniform(0.2, 1.2)), np.float32)]
-        total += len(s) + len(parts[-1])
-    x = np.concatenate(parts)[: 300 * SR]
+    x = np.concatenate(read_on(("festival", voice, ""), sents, rng, 300, pitch=0.5))[: 300 * SR]
     cents = (0, 300, -300)[(i // 3) % 3]
     if cents:
         x = sox_pitch(x / (np.abs(x).max() + 1e-9) * 0.5, cents)
@@ -826,15 +831,7 @@ def dev_voices_job(i):
     sents = _SENTS["dev"]
     parts = []
     for n in range(5):
-        engine, v, variant = voices[(i * 5 + n) % len(voices)]
-        j, total = int(rng.integers(len(sents))), 0
-        while total < 60 * SR:
-            s = trim(synth(engine, v, variant, " ".join(sents[j % len(sents): j % len(sents) + 3]),
-                           rng.random(), rng.random()))
-            j += 3
-            s = s / (np.abs(s).max() + 1e-9) * 0.5
-            parts += [s, np.zeros(int(SR * rng.uniform(0.2, 1.2)), np.float32)]
-            total += len(s) + len(parts[-1])
+        parts += read_on(voices[(i * 5 + n) % len(voices)], sents, rng, 60, normalise=True)
     x = np.concatenate(parts)[: 300 * SR]
     if i % 3 == 2:
         x = x + music(rng, len(x)) * rms_active(x) / 10 ** (rng.uniform(0, 10) / 20)
