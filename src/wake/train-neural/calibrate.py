@@ -23,6 +23,10 @@ Usage: calibrate.py OUT.wake CHECK MODEL.wake [MODEL.wake ...]
          several candidates, the one whose word hears most at medium with its agreement)
        calibrate.py --half MODEL.wake OUT.wake (a model file's network in half floats,
          for a candidate companion: half the bytes)
+       calibrate.py --first N WORD.wake OUT.wake (a word's first N networks, its rules and
+         agreements: the word --another adds to when its last network is replaced)
+       calibrate.py --network K WORD.wake OUT.wake (a word's K-th network alone, K = 1 the
+         main one, stored as in the word: what a round fine-tunes or mines with)
        calibrate.py --measure MODEL.wake ... (measures now; a later run reuses it)
        calibrate.py --gaps MODEL.wake (what a calibrated word's points cost and hear when
          runs go on through short dips, as they do over the echo canceller's output)
@@ -638,7 +642,26 @@ def half(src, dst):
     print(f"wrote {dst}: {os.path.getsize(dst)} bytes")
 
 
+def take(kind, n, src, dst):
+    """--first and --network: a word's first `n` networks, or its `n`-th alone."""
+    nets = read_word(src)
+    if not 1 <= n <= len(nets):
+        sys.exit(f"{src} holds {len(nets)} networks: ask for 1 to {len(nets)}")
+    if kind == "--first":
+        (h, a), kept = nets[0], nets[1:n]
+        write_model(dst, {k: v for k, v in h.items() if k != "companion_bytes"}, a, chain(kept))
+    else:
+        # A companion's rule and agreement belong to the word it was chosen for.
+        h, a = nets[n - 1]
+        write_model(dst, {k: v for k, v in h.items()
+                          if k not in ("companion_bytes", "companion_of", "agreement")}, a)
+    print(f"wrote {dst}: {os.path.getsize(dst)} bytes")
+
+
 def main():
+    if sys.argv[1] in ("--first", "--network"):
+        take(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        return
     if sys.argv[1] in ("--companion", "--another"):
         companion(sys.argv[2], sys.argv[3], sys.argv[4:], keep=sys.argv[1] == "--another")
         return

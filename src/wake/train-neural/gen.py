@@ -501,10 +501,13 @@ def shard_job(job):
     # "dry": round 8's, in no room at all, a third of them positive as in "train" (half
     # made the round fire on more dry dev speech); every fourth shard is festival's voices
     # (accent), the rest the training voices. "made": round 9's made-up espeak-ng speakers,
-    # half of them saying the phrase, in the usual rooms (as "accent").
-    mix = split if split in ("noisy", "babble", "dry") else ""
-    half = split in ("noisy", "babble", "accent", "made")  # half the clips positive, not a third
-    if split == "accent" or (split == "dry" and k % 4 == 3):
+    # half of them saying the phrase, in the usual rooms (as "accent"). "accbabble": round
+    # 15's festival voices always over other people talking, as "babble" is for the
+    # training voices: no earlier round heard festival's voices there, and over babble the
+    # word heard festival's dev voices least (27% at medium).
+    mix = "babble" if split == "accbabble" else split if split in ("noisy", "babble", "dry") else ""
+    half = split in ("noisy", "babble", "accent", "made", "accbabble")  # half positive, not a third
+    if split in ("accent", "accbabble") or (split == "dry" and k % 4 == 3):
         voices = "accent"
     else:
         voices = "train" if mix else split
@@ -512,7 +515,8 @@ def shard_job(job):
     paras = _data("train")["para"] if voices in ("accent", "made") else d["para"]
     rng = np.random.default_rng(1000 + k + {"train": 0, "dev": 500_000, "noisy": 2_000_000,
                                             "babble": 3_000_000, "accent": 4_000_000,
-                                            "dry": 5_000_000, "made": 6_000_000}[split])
+                                            "dry": 5_000_000, "made": 6_000_000,
+                                            "accbabble": 7_000_000}[split])
     X, Y = [], []
     for i in range(SHARD):
         if i % (2 if half else 3) == 0:
@@ -966,6 +970,9 @@ if __name__ == "__main__":
     # Not part of "all" either: round 8's clips in no room (after "accent").
     if stage == "dry":
         stage_feat_mixed(workers, "dry", int(os.environ.get("WAKE_DRY_SHARDS", "20")))
+    # Not part of "all" either: round 15's festival voices over babble (after "accent").
+    if stage == "accent-babble":
+        stage_feat_mixed(workers, "accbabble", int(os.environ.get("WAKE_ACCBABBLE_SHARDS", "20")))
     # Not part of "all" either: round 9's made-up espeak-ng speakers (after "dry").
     if stage == "made":
         stage_voices()
