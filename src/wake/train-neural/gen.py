@@ -1,3 +1,5 @@
+# This docstring is in the training text (texts.train_sentences reads the docstring of
+# rlcompleter's `__main__`, this script): editing it changes the training paragraphs.
 """Stage 1: every voice says the phrase, commands, confusable phrases and paragraphs of
 ordinary text (base utterances, 16 kHz, cached as .npy under CACHE/tts/SPLIT/KIND/).
 Stage 2: rooms, microphones and backgrounds over them, cut into 2.4 s training clips,
@@ -954,6 +956,9 @@ def stage_eval(workers, split="test"):
 if __name__ == "__main__":
     workers = int(os.environ.get("WAKE_WORKERS", "2"))
     stage = sys.argv[1] if len(sys.argv) > 1 else "all"
+    if stage == "harvest":  # texts._fresh's: the text as this script's own state makes it
+        json.dump(getattr(texts, sys.argv[2])(), sys.stdout)
+        sys.exit(0)
     if stage in ("tts", "all"):
         stage_tts(workers)
     if stage in ("feat", "all"):

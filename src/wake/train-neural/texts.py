@@ -5,10 +5,13 @@ Perl manuals' prose), so the test measures
 speech the model never heard. The dev voices' own negatives (gen.py eval-dev-voices)
 read a third text, Python's reference manual and the docstrings training leaves out."""
 
+import json
 import os
 import pydoc
 import re
 import random
+import subprocess
+import sys
 
 from common import REPO
 
@@ -116,8 +119,33 @@ def _stdlib_modules():
             continue
 
 
+_FRESH = {}
+
+
+def _fresh(harvest):
+    """What the function `harvest` returns in a new `gen.py harvest` process, once per
+    process. The harvests read what the standard library's modules list, which depends on
+    what the process imported before (a package lists the submodules imported so far);
+    harvested in place, the text and its shuffled order changed with what the process had
+    done, so the dev set's negatives and babble that `gen.py all` wrote differed from those
+    `gen.py eval-dev` wrote. A new gen.py process is the state gen.py's first harvest, the
+    training paragraphs', was always made in, rlcompleter's `__main__` (gen.py) and its
+    docstring included."""
+    if harvest not in _FRESH:
+        gen = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen.py")
+        out = subprocess.run([sys.executable, gen, "harvest", harvest], capture_output=True,
+                             text=True, check=True, timeout=600).stdout
+        _FRESH[harvest] = json.loads(out)
+    return list(_FRESH[harvest])
+
+
 def train_sentences():
     """Ordinary English from Python's standard library documentation strings."""
+    return _fresh("harvest_train_sentences")
+
+
+def harvest_train_sentences():
+    """train_sentences() as this process's imports make it."""
     text = []
     for mod in _stdlib_modules():
         for obj in [mod] + [getattr(mod, a, None) for a in dir(mod)[:80]]:
@@ -133,12 +161,14 @@ def dev_sentences():
     """Ordinary English no model trained on and the test set does not read, for the dev
     voices' negatives: Python's reference manual (pydoc_data) and the docstrings
     train_sentences() leaves out (a module's attributes past its 80th, classes' methods),
-    without any training or test sentence. Its walk imports more modules, which changes
-    what train_sentences() returns later in the same process: gen.py calls it only in its
-    own stage (eval-dev-voices)."""
+    without any training or test sentence."""
+    return _fresh("harvest_dev_sentences")
+
+
+def harvest_dev_sentences():
+    """dev_sentences() as this process's imports make it."""
     import inspect
     import pydoc_data.topics
-    # First: walking classes' methods may import more, and so change what a module lists.
     seen = set(train_sentences()) | set(test_sentences()) | set(more_test_sentences())
     text = list(pydoc_data.topics.topics.values())
     for mod in _stdlib_modules():
