@@ -278,6 +278,10 @@ def dev_scores(h, a):
     and of the dev clips' negatives (2.4 s each, a third of them confusable phrases:
     "hey strawberries", "say strawberry"; for the low point)."""
     dev = os.path.join(CACHE, "eval-dev")
+    shards = sorted(glob.glob(os.path.join(CACHE, "feat", "dev-*.npz")))
+    if not shards:
+        sys.exit(f"calibrate.py: no dev clips in {CACHE}/feat (dev-*.npz), which the low point "
+                 "is set on: run `python3 gen.py tts` and `python3 gen.py feat` first")
     pos = []
     for cond in DEV_ROOMS:
         pos += [(cond, group_of(p), scores_of(h, a, x), e)
@@ -287,7 +291,7 @@ def dev_scores(h, a):
     shrink = 2 + 2 * sum(h["dilations"])
     pad = np.repeat(a["mean"][None, :], shrink, axis=0)
     clips = []
-    for f in sorted(glob.glob(os.path.join(CACHE, "feat", "dev-*.npz"))):
+    for f in shards:
         z = np.load(f)
         for feats, y in zip(z["x"], z["y"]):
             if y < 0:
