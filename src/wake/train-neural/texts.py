@@ -133,9 +133,12 @@ def _fresh(harvest):
     docstring included."""
     if harvest not in _FRESH:
         gen = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen.py")
-        out = subprocess.run([sys.executable, gen, "harvest", harvest], capture_output=True,
-                             text=True, check=True, timeout=600).stdout
-        _FRESH[harvest] = json.loads(out)
+        r = subprocess.run([sys.executable, gen, "harvest", harvest], capture_output=True,
+                           text=True, timeout=600)
+        if r.returncode != 0:
+            sys.exit(f"texts.py: `gen.py harvest {harvest}` failed (exit {r.returncode}); "
+                     f"its last output:\n{r.stderr[-2000:]}")
+        _FRESH[harvest] = json.loads(r.stdout)
     return list(_FRESH[harvest])
 
 
