@@ -662,7 +662,18 @@ def take(kind, n, src, dst):
     print(f"wrote {dst}: {os.path.getsize(dst)} bytes")
 
 
+# Each mode's number of arguments, the mode included: at least, and at most (None: any).
+ARGS = {"--first": (4, 4), "--network": (4, 4), "--companion": (4, None),
+        "--another": (4, None), "--half": (3, 3), "--gaps": (2, 2), "--measure": (2, None)}
+
+
 def main():
+    args = sys.argv[1:]
+    mode = args[0] if args else ""
+    lo, hi = ARGS.get(mode, (3, None))
+    common.usage(__doc__, lo <= len(args) <= (hi or len(args))
+                 and (mode in ARGS or not mode.startswith("-"))
+                 and (mode not in ("--first", "--network") or args[1].isdigit()))
     if sys.argv[1] in ("--first", "--network"):
         take(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])
         return

@@ -24,6 +24,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 
 
+def usage(doc, fits=True):
+    """A script's answer to -h or --help (its docstring, the usage), and to arguments that
+    do not fit it: the usage and exit status 2, not a traceback minutes into a run or a
+    run that ignores what it was asked (train.py reads only its environment)."""
+    import sys
+    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+        print(doc)
+        sys.exit(0)
+    if not fits:
+        print(f"{os.path.basename(sys.argv[0])}: the arguments {sys.argv[1:]} do not fit "
+              f"its usage:\n{doc}", file=sys.stderr)
+        sys.exit(2)
+
+
 def hz_to_mel(f):
     return 2595.0 * np.log10(1.0 + f / 700.0)
 

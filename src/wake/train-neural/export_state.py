@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 
+import common
 import train
 
 
@@ -20,4 +21,5 @@ def main():
 
 
 if __name__ == "__main__":
+    common.usage(__doc__, len(sys.argv) == 3)
     main()

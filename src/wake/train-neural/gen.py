@@ -956,6 +956,14 @@ def stage_eval(workers, split="test"):
 if __name__ == "__main__":
     workers = int(os.environ.get("WAKE_WORKERS", "2"))
     stage = sys.argv[1] if len(sys.argv) > 1 else "all"
+    # The docstring is training text (above), so the stages are listed here; run.sh runs
+    # them in order.
+    stages = ("all", "tts", "feat", "noisy", "babble", "accent", "dry", "accent-babble",
+              "made", "eval", "eval-dev", "eval-dev-voices", "eval-pitched",
+              "eval-coloured", "eval-tempo", "eval-indic", "eval-test")
+    common.usage(f"{__doc__}\n\nUsage: gen.py [STAGE] (default all), STAGE one of "
+                 f"{', '.join(stages)}; run.sh runs them in order.",
+                 stage in stages + ("harvest",) and len(sys.argv) <= (3 if stage == "harvest" else 2))
     if stage == "harvest":  # texts._fresh's: the text as this script's own state makes it
         json.dump(getattr(texts, sys.argv[2])(), sys.stdout)
         sys.exit(0)

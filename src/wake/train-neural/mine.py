@@ -104,4 +104,6 @@ def main():
 
 
 if __name__ == "__main__":
+    common.usage(__doc__, len(sys.argv) == 1 or (len(sys.argv) in (3, 4) and sys.argv[1].isdigit()
+                                               and (len(sys.argv) == 3 or sys.argv[3].isdigit())))
     main()

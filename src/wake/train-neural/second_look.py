@@ -30,6 +30,7 @@ import numpy as np
 from scipy.io import wavfile
 
 import calibrate as C
+import common
 from common import CACHE, HOP, SR, WIN
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -134,4 +135,6 @@ def main():
 
 
 if __name__ == "__main__":
+    common.usage(__doc__, len(sys.argv) == 2 and all(
+        re.fullmatch(r"[0-9.]+:[0-9]+", r) for r in sys.argv[1].split(",")))
     main()

@@ -314,11 +314,10 @@ def calibrate_model(src, dst):
 if __name__ == "__main__":
     workers = int(os.environ.get("WAKE_WORKERS", "2"))
     stage = sys.argv[1] if len(sys.argv) > 1 else ""
+    common.usage(__doc__, len(sys.argv) == {"tts": 2, "feat": 2, "calibrate": 4}.get(stage))
     if stage == "tts":
         stage_tts(workers)
     elif stage == "feat":
         stage_feat(workers)
     elif stage == "calibrate":
         calibrate_model(sys.argv[2], sys.argv[3])
-    else:
-        sys.exit(__doc__)

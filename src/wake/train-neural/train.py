@@ -14,6 +14,10 @@ be unsure there), "no" before the phrase ended; every frame of a negative clip i
 Round 4 lengthened the "wake" stretch because the detector waits for the score to stay
 up for a number of frames (calibrate.py's persistence rule): with 22 frames of "wake",
 some engines' score fell after 18, under the 20-frame rule chosen on dev.
+
+Usage: train.py, no arguments; the environment sets the run (run.sh has each round's):
+WAKE_ROUND (a fine-tuning round's clips), WAKE_FROM (the model it starts from),
+WAKE_CHANNELS, WAKE_EPOCHS, WAKE_NAME, WAKE_MODEL_OUT and gen.py's WAKE_CACHE.
 """
 
 import glob
@@ -422,4 +426,5 @@ def main():
 
 
 if __name__ == "__main__":
+    common.usage(__doc__, len(sys.argv) == 1)
     main()
