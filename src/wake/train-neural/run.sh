@@ -169,6 +169,13 @@
 #                           phrases in each of the test set's rooms and an hour of their
 #                           speech (12 min beside a CI run; measured only: BENCHMARKS.md, "An
 #                           Indian speaker's voices")
+# Longer held-out and dev negatives (2026-12-03, evening, idle machine; measured only:
+# BENCHMARKS.md, "Thirty held-out hours and forty dev hours"):
+#   WAKE_NEG_HOURS=30 gen.py eval-test  3.7 min  20 more held-out hours (the first 10 stay)
+#   WAKE_DEV_NEG_HOURS=20 gen.py eval-dev, WAKE_DEV_VOICE_HOURS=20 gen.py eval-dev-voices
+#                    3 min  20 more dev hours (one worker each)
+#   the word's points set on the 40 dev hours (the four calibrate.py steps below, each
+#                           offered the word's own network): 34 min; a candidate, not bundled
 # In this script round 5 fine-tunes the run's own round 3 with its own mining, and rounds
 # 10 and 12 run too (the third and fourth networks).
 # About 8 h in all (rounds 6-8 about 1 h 20 min, round 12 about 22 min), and the stop word
