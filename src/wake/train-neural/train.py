@@ -17,7 +17,7 @@ some engines' score fell after 18, under the 20-frame rule chosen on dev.
 
 Usage: train.py, no arguments; the environment sets the run (run.sh has each round's):
 WAKE_ROUND (a fine-tuning round's clips), WAKE_FROM (the model it starts from),
-WAKE_CHANNELS, WAKE_EPOCHS, WAKE_NAME, WAKE_MODEL_OUT and gen.py's WAKE_CACHE.
+WAKE_CHANNELS, WAKE_EPOCHS, WAKE_NAME, WAKE_MODEL_OUT, and WAKE_CACHE (common.py) for the caches.
 """
 
 import glob
