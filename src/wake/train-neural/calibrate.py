@@ -674,24 +674,24 @@ def main():
     common.usage(__doc__, lo <= len(args) <= (hi or len(args))
                  and (mode in ARGS or not mode.startswith("-"))
                  and (mode not in ("--first", "--network") or args[1].isdigit()))
-    if sys.argv[1] in ("--first", "--network"):
-        take(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    if mode in ("--first", "--network"):
+        take(mode, int(args[1]), args[2], args[3])
         return
-    if sys.argv[1] in ("--companion", "--another"):
-        companion(sys.argv[2], sys.argv[3], sys.argv[4:], keep=sys.argv[1] == "--another")
+    if mode in ("--companion", "--another"):
+        companion(args[1], args[2], args[3:], keep=mode == "--another")
         return
-    if sys.argv[1] == "--half":
-        half(sys.argv[2], sys.argv[3])
+    if mode == "--half":
+        half(args[1], args[2])
         return
-    if sys.argv[1] == "--gaps":
-        gaps(sys.argv[2])
+    if mode == "--gaps":
+        gaps(args[1])
         return
-    if sys.argv[1] == "--measure":  # only fill the cache
-        for path in sys.argv[2:]:
+    if mode == "--measure":  # only fill the cache
+        for path in args[1:]:
             measure_model(path)
             print(f"measured {path}", flush=True)
         return
-    dst, check, candidates = sys.argv[1], sys.argv[2], sys.argv[3:]
+    dst, check, candidates = args[0], args[1], args[2:]
     rows = []
     for path in candidates:
         h, a, tables, hours, clip_hours, n_pos = measure_model(path)
