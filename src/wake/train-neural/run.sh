@@ -176,6 +176,13 @@
 #                    3 min  20 more dev hours (one worker each)
 #   the word's points set on the 40 dev hours (the four calibrate.py steps below, each
 #                           offered the word's own network): 34 min; a candidate, not bundled
+# Round 17, a candidate not bundled (2026-12-03, night, idle machine, not niced; not run by
+# this script, BENCHMARKS.md "Round 17" has the commands):
+#   gen.py accent, dry  ~7 min  (their shards were gone from this cache)
+#   mine.py 9     ~4.8 min  (with the bundled word's second network, round 1's, from
+#                           calibrate.py --network 2; paragraphs 500-1700) 3,224 hard stretches
+#   train.py      ~3.9 min  (WAKE_ROUND=17) 2 epochs over 123,908 clips, 94 and 97 s
+#   calibrate.py --companion, --another twice  22 min  on the 40 dev hours
 # In this script round 5 fine-tunes the run's own round 3 with its own mining, and rounds
 # 10 and 12 run too (the third and fourth networks).
 # About 8 h in all (rounds 6-8 about 1 h 20 min, round 12 about 22 min), and the stop word
