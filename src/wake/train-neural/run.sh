@@ -183,6 +183,9 @@
 #                           calibrate.py --network 2; paragraphs 500-1700) 3,224 hard stretches
 #   train.py      ~3.9 min  (WAKE_ROUND=17) 2 epochs over 123,908 clips, 94 and 97 s
 #   calibrate.py --companion, --another twice  22 min  on the 40 dev hours
+# False stops (2026-12-03, night, idle machine; measured only: BENCHMARKS.md, "False stops on
+# held-out speech that never says "stop""):
+#   stop.py eval   ~2 min   10 h of held-out voices reading held-out text without "stop"
 # In this script round 5 fine-tunes the run's own round 3 with its own mining, and rounds
 # 10 and 12 run too (the third and fourth networks).
 # About 8 h in all (rounds 6-8 about 1 h 20 min, round 12 about 22 min), and the stop word
@@ -286,3 +289,4 @@ nice -n 19 python3 stop.py tts
 nice -n 19 python3 stop.py feat
 WAKE_CACHE=$STOP_CACHE WAKE_NAME=stop WAKE_CHANNELS=128 WAKE_EPOCHS=12 nice -n 19 python3 train.py
 nice -n 19 python3 stop.py calibrate "$STOP_CACHE/train/stop-c128.wake" "$repo/src/wake/stop.wake"
+nice -n 19 python3 stop.py eval  # held-out speech without "stop", for its false stops

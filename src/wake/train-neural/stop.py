@@ -27,6 +27,8 @@ its two dev hours of speech, TV and noise; ~15 min on a fresh machine):
   WAKE_CACHE=$STOP_CACHE WAKE_NAME=stop WAKE_CHANNELS=128 WAKE_EPOCHS=12 python3 train.py
                               # ~19 min: 12 epochs of 32,000 clips, the best on dev kept
   python3 stop.py calibrate $STOP_CACHE/train/stop-c128.wake ../stop.wake   # ~3 min
+  python3 stop.py eval        # ~2 min: 10 h (STOP_EVAL_HOURS) of held-out voices reading
+                              # text that never says "stop", for false stops (measured only)
 Times on the 2-core development machine shared with builds (2026-11-28), about 40 min in
 all. Everything is cached under $STOP_CACHE and skipped when present.
 """
@@ -44,6 +46,7 @@ from scipy.signal import fftconvolve
 import calibrate
 import common
 import gen
+import texts
 from common import SR, HOP
 
 STOP_CACHE = os.environ.get("STOP_CACHE", os.path.expanduser("~/.cache/strawberry/wake/stop"))
@@ -311,12 +314,56 @@ def calibrate_model(src, dst):
     print(f"wrote {dst}: min_frames {k}, points {h['operating_points']}")
 
 
+# Held-out speech that never says "stop", for the false-stop rate (`stop.py eval`): the
+# wake word's held-out and dev negatives read text that says it (StopIteration, "stops",
+# "nonstop") in 0.4-1% of sentences, a few times an hour of speech, about as often as the
+# word fired there, so a detection there may be a true stop. Here the wake word's held-out
+# voices (gen.test_voices) read its held-out text with every sentence containing "stop"
+# anywhere left out, in 5-minute files, one in four over music (a TV).
+_HELD_OUT = []
+
+
+def held_out_sentences():
+    if not _HELD_OUT:
+        _HELD_OUT.extend(t for t in texts.test_sentences() + texts.more_test_sentences()
+                         if "stop" not in t.lower())
+    return _HELD_OUT
+
+
+def eval_job(i):
+    kind = "tv" if i % 4 == 3 else "speech"
+    path = os.path.join(STOP_CACHE, "eval", "negative", f"{kind}-{i:03d}.wav")
+    if os.path.exists(path):
+        return
+    rng = np.random.default_rng(66_000 + i)
+    voices = gen.test_voices()
+    x = np.concatenate(gen.read_on(voices[i % len(voices)], held_out_sentences(), rng, 300))
+    x = x[: 300 * SR]
+    x = x / (np.abs(x).max() + 1e-9) * 0.5
+    if kind == "tv":
+        x = x + gen.music(rng, len(x)) * gen.rms_active(x) / 10 ** (rng.uniform(0, 10) / 20)
+    gen.write_wav(path, x / (np.abs(x).max() + 1e-9) * 0.5)
+
+
+def stage_eval(workers):
+    """STOP_EVAL_HOURS (default 10) of eval_job's files."""
+    os.makedirs(os.path.join(STOP_CACHE, "eval", "negative"), exist_ok=True)
+    n = int(np.ceil(float(os.environ.get("STOP_EVAL_HOURS", "10")) * 12))
+    with Pool(workers) as pool:
+        for k, _ in enumerate(pool.imap_unordered(eval_job, range(n))):
+            if k % 20 == 0:
+                print(f"eval {k}/{n}", flush=True)
+
+
 if __name__ == "__main__":
     workers = int(os.environ.get("WAKE_WORKERS", "2"))
     stage = sys.argv[1] if len(sys.argv) > 1 else ""
-    common.usage(__doc__, len(sys.argv) == {"tts": 2, "feat": 2, "calibrate": 4}.get(stage))
+    common.usage(__doc__, len(sys.argv) == {"tts": 2, "feat": 2, "calibrate": 4,
+                                            "eval": 2}.get(stage))
     if stage == "tts":
         stage_tts(workers)
+    elif stage == "eval":
+        stage_eval(workers)
     elif stage == "feat":
         stage_feat(workers)
     elif stage == "calibrate":
