@@ -584,15 +584,19 @@ def read_on(voice, sents, rng, seconds, pitch=None, normalise=False):
     parts, total = [], 0
     j = int(rng.integers(len(sents)))
     while total < seconds * SR:
+        text = " ".join(sents[j % len(sents): j % len(sents) + 3])
         try:
-            s = trim(synth(engine, v, variant, " ".join(sents[j % len(sents): j % len(sents) + 3]),
-                           rng.random(), rng.random() if pitch is None else pitch))
-        except subprocess.CalledProcessError:
+            s = trim(synth(engine, v, variant, text, rng.random(),
+                           rng.random() if pitch is None else pitch))
+        except subprocess.SubprocessError as e:
             # festival's diphone voices crash on some text ("to: ... There"): that stretch
-            # is left out, and its pause and the draws of every stretch after it stay.
+            # is left out (said, so a voice that always fails shows), and its pause and the
+            # draws of every stretch after it stay.
+            who = f"{engine} {v}{'+' + variant if variant else ''}"
+            print(f"left out {who} reading {text[:60]!r}: {e!r:.120}", flush=True)
             s = np.zeros(0, np.float32)
         j += 3
-        if normalise:
+        if normalise and len(s):
             s = s / (np.abs(s).max() + 1e-9) * 0.5
         parts += [s, np.zeros(int(SR * rng.uniform(0.2, 1.2)), np.float32)]
         total += len(s) + len(parts[-1])
