@@ -336,24 +336,26 @@ ROUNDS = {"1": ("ft", f"state-c{C}.npz", ["mine"], 4, 5e-4, 25),
                  2, 2e-4, 45),
           "17": ("r17", os.environ.get("WAKE_FROM"),
                  ["noisy", "babble", "accent*2", "dry*2", "mine9*4"], 2, 4e-4, 25)}
-if ROUND == "7" and not ROUNDS["7"][1]:
-    sys.exit("WAKE_ROUND=7 fine-tunes round 6's last epoch: set WAKE_FROM to its .wake file")
-if ROUND == "10" and not ROUNDS["10"][1]:
-    sys.exit("WAKE_ROUND=10 fine-tunes round 2's fourth epoch: set WAKE_FROM to its .wake file "
-             f"({CACHE}/train/hey_strawberry-c64-ft2-e4.wake)")
-if ROUND == "12" and not ROUNDS["12"][1]:
-    sys.exit("WAKE_ROUND=12 fine-tunes round 8's chosen epoch: set WAKE_FROM to the .wake file "
-             "calibrate.py wrote for it")
-if ROUND in ("15", "16") and not ROUNDS[ROUND][1]:
-    sys.exit(f"WAKE_ROUND={ROUND} fine-tunes the bundled word's fourth network (round 12's): set "
-             "WAKE_FROM to its file (calibrate.py --network 4 writes it)")
-if ROUND == "17" and not ROUNDS["17"][1]:
-    sys.exit("WAKE_ROUND=17 fine-tunes the bundled word's second network (round 1's): set WAKE_FROM "
-             "to its file (calibrate.py --network 2 writes it)")
-if ROUND in ("8", "9") and not ROUNDS[ROUND][1]:
-    sys.exit(f"WAKE_ROUND={ROUND} fine-tunes round {int(ROUND) - 1}'s chosen epoch: set WAKE_FROM "
-             "to the .wake file calibrate.py wrote for it"
-             + (" (the bundled word)" if ROUND == "9" else ""))
+# The rounds that start from a model file, and which file WAKE_FROM must name.
+_CHOSEN = "set WAKE_FROM to the .wake file calibrate.py wrote for it"
+_FOURTH = ("the bundled word's fourth network (round 12's): set WAKE_FROM to its file "
+           "(calibrate.py --network 4 writes it)")
+NEEDS_FROM = {
+    "7": "round 6's last epoch: set WAKE_FROM to its .wake file",
+    "8": f"round 7's chosen epoch: {_CHOSEN}",
+    "9": f"round 8's chosen epoch: {_CHOSEN} (the bundled word)",
+    "10": "round 2's fourth epoch: set WAKE_FROM to its .wake file "
+          f"({CACHE}/train/hey_strawberry-c64-ft2-e4.wake)",
+    "12": f"round 8's chosen epoch: {_CHOSEN}",
+    "15": _FOURTH,
+    "16": _FOURTH,
+    "17": "the bundled word's second network (round 1's): set WAKE_FROM to its file "
+          "(calibrate.py --network 2 writes it)",
+}
+if ROUND and ROUND not in ROUNDS:
+    sys.exit(f"WAKE_ROUND={ROUND} is no round of this script: one of {', '.join(ROUNDS)}")
+if ROUND in NEEDS_FROM and not ROUNDS[ROUND][1]:
+    sys.exit(f"WAKE_ROUND={ROUND} fine-tunes {NEEDS_FROM[ROUND]}")
 if ROUND:
     TAG, FROM, EXTRA, EPOCHS, LR, POS_HI = ROUNDS[ROUND]
     TAG = "-" + TAG
@@ -430,7 +432,7 @@ def main():
                  **{"v_" + n: np.asarray(a) for n, a in v.items()},
                  **{"b_" + n: np.asarray(a) for n, a in best_p.items()})
         os.replace(state + ".tmp.npz", state)
-        if ROUND in ("2", "3", "4", "5", "6", "7", "8", "9", "10", "12", "15", "16", "17"):
+        if ROUND and ROUND != "1":  # every later round's epochs, for calibrate.py to choose
             export(p, mean, std, os.path.join(ck, f"{STEM}-c{C}{TAG}-e{epoch + 1}.wake"),
                    {"name": NAME, "epoch": epoch + 1})
     out = os.environ.get("WAKE_MODEL_OUT", os.path.join(ck, f"{STEM}-c{C}{TAG}.wake"))
