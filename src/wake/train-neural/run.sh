@@ -183,6 +183,10 @@
 #                           calibrate.py --network 2; paragraphs 500-1700) 3,224 hard stretches
 #   train.py      ~3.9 min  (WAKE_ROUND=17) 2 epochs over 123,908 clips, 94 and 97 s
 #   calibrate.py --companion, --another twice  22 min  on the 40 dev hours
+# The dev and held-out negatives crossed (2026-12-03, night, idle machine; measured only:
+# BENCHMARKS.md, "The dev and held-out hours crossed"):
+#   gen.py eval-cross  3.1 min  10 h of held-out voices reading dev text, 10 h of every dev
+#                           voice reading held-out text
 # False stops (2026-12-03, night, idle machine; measured only: BENCHMARKS.md, "False stops on
 # held-out speech that never says "stop""):
 #   stop.py eval   ~2 min   10 h of held-out voices reading held-out text without "stop"
@@ -246,6 +250,7 @@ nice -n 19 python3 gen.py eval-pitched
 nice -n 19 python3 gen.py eval-coloured
 nice -n 19 python3 gen.py eval-tempo
 nice -n 19 python3 gen.py eval-indic
+nice -n 19 python3 gen.py eval-cross
 # The word's points are measured on 20 dev hours: the first 10, and 10 of every dev voice
 # reading text no split reads otherwise (BENCHMARKS.md, "Every dev voice"). Round 8's
 # network in half floats, and its rule and points on them; then its companion
