@@ -383,6 +383,11 @@ def rms_active(x):
     return float(np.sqrt(top.mean()) + 1e-9)
 
 
+def over_music(x, rng):
+    """`x` with music (a TV) 0-10 dB under its speech, as every negative file over music."""
+    return x + music(rng, len(x)) * rms_active(x) / 10 ** (rng.uniform(0, 10) / 20)
+
+
 def room(y, rng, paras, mix=""):
     """Reverberation, then a background at a random SNR (or none), then the microphone.
     `mix` "noisy": always a background, mostly other people talking (babble, a TV) at low
@@ -661,7 +666,7 @@ def eval_job(job):
         x = np.concatenate(parts)[: 300 * SR] if parts else np.zeros(300 * SR, np.float32)
         x = x / (np.abs(x).max() + 1e-9) * 0.5
         if kind == "tv":
-            x = x + music(rng, len(x)) * rms_active(x) / 10 ** (rng.uniform(0, 10) / 20)
+            x = over_music(x, rng)
         elif kind == "noise":
             x = x * 0.0 + background(rng, len(x), extra_babble(split), kind=str(rng.choice(
                 ["white", "pink", "brown", "music", "hum", "babble"]))) * 0.1
@@ -727,7 +732,7 @@ def indic_negative_job(i):
         x = sox_pitch(x / (np.abs(x).max() + 1e-9) * 0.5, cents)
     x = x / (np.abs(x).max() + 1e-9) * 0.5
     if i >= 9:
-        x = x + music(rng, len(x)) * rms_active(x) / 10 ** (rng.uniform(0, 10) / 20)
+        x = over_music(x, rng)
     write_wav(path, x / (np.abs(x).max() + 1e-9) * 0.5)
 
 
@@ -855,7 +860,7 @@ def five_voices(path, voices, sents, rng, i):
         parts += read_on(voices[(i * 5 + n) % len(voices)], sents, rng, 60, normalise=True)
     x = np.concatenate(parts)[: 300 * SR]
     if i % 3 == 2:
-        x = x + music(rng, len(x)) * rms_active(x) / 10 ** (rng.uniform(0, 10) / 20)
+        x = over_music(x, rng)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_wav(path, x / (np.abs(x).max() + 1e-9) * 0.5)
 

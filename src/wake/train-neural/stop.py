@@ -343,7 +343,7 @@ def eval_job(i):
     x = x[: 300 * SR]
     x = x / (np.abs(x).max() + 1e-9) * 0.5
     if kind == "tv":
-        x = x + gen.music(rng, len(x)) * gen.rms_active(x) / 10 ** (rng.uniform(0, 10) / 20)
+        x = gen.over_music(x, rng)
     gen.write_wav(path, x / (np.abs(x).max() + 1e-9) * 0.5)
 
 
