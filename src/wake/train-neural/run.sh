@@ -185,7 +185,7 @@
 #   calibrate.py --companion, --another twice  22 min  on the 40 dev hours
 # The dev and held-out negatives crossed (2026-12-03, night, idle machine; measured only:
 # BENCHMARKS.md, "The dev and held-out hours crossed"):
-#   gen.py eval-cross  3.1 min  10 h of held-out voices reading dev text, 10 h of every dev
+#   gen.py eval-cross  5.9 min  20 h of held-out voices reading dev text, 20 h of every dev
 #                           voice reading held-out text
 # False stops (2026-12-03, night, idle machine; measured only: BENCHMARKS.md, "False stops on
 # held-out speech that never says "stop""):
