@@ -109,8 +109,11 @@ COUNTS = {  # utterances per split and kind
 }
 # Festival's other-language voices (common.TRAIN_FESTIVAL), round 6's extra speakers.
 ACCENT_COUNTS = {"accent": {"phrase": 600, "command": 150, "confusable": 240, "para": 100}}
-# Round 9's made-up espeak-ng speakers (common.MADE_VARIANTS).
-MADE_COUNTS = {"made": {"phrase": 1200, "command": 300, "confusable": 480, "para": 150}}
+# Round 9's made-up espeak-ng speakers (common.MADE_VARIANTS). WAKE_MADE_PARAS makes more
+# of their paragraphs for mine.py's round 10; each utterance's seed is its index, so the
+# first 150 stay the same.
+MADE_COUNTS = {"made": {"phrase": 1200, "command": 300, "confusable": 480,
+                        "para": int(os.environ.get("WAKE_MADE_PARAS", "150"))}}
 SCALE = float(os.environ.get("WAKE_SCALE", "1"))
 
 

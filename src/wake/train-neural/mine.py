@@ -10,7 +10,10 @@ Usage: mine.py (after train.py); WAKE_PARAS sets how many paragraphs exist (gen.
 A later round: mine.py ROUND MODEL.wake [FIRST] mines with that model, in other rooms
 (the seed depends on ROUND; round 5 in no room at all), into CACHE/feat/mineROUND-NNN.npz,
 from paragraph FIRST on (default 500; a larger one mines only paragraphs the earlier rounds
-never heard).
+never heard). Round 10 mines the made-up espeak-ng speakers' paragraphs instead (gen.py
+made, with WAKE_MADE_PARAS of them; FIRST defaults to 0), in no room, every other stream
+over music: no round had mined speakers espeak-ng does not ship, and over music they make
+the bundled word's main network fire far more than dry.
 """
 
 import os
@@ -24,6 +27,7 @@ import gen
 import train
 
 GROUP = 10  # paragraphs per stream (about 5 minutes)
+MADE = 10  # the round that mines the made-up speakers
 PEAK = 0.3  # scores at least this high are kept
 CLIP_FRAMES = 238
 
@@ -59,22 +63,27 @@ def main():
         rnd, p = 1, params()
         mean, std = norm()
         prefix = "mine"
-    first = int(sys.argv[3]) if len(sys.argv) > 3 else 500
-    paras = gen.load_kind("train", "para", first)
+    # Paragraphs under 500 of the training voices made training clips; the made-up
+    # speakers' paragraphs made none a mined round trains with.
+    split, base = ("made", 0) if rnd == MADE else ("train", 500)
+    first = int(sys.argv[3]) if len(sys.argv) > 3 else base
+    paras = gen.load_kind(split, "para", first)
     babble_src = gen.load_kind("train", "para", 0, 500)
     print(f"mining {len(paras)} paragraphs", flush=True)
     os.makedirs(os.path.join(CACHE, "feat"), exist_ok=True)
     for g in range(0, len(paras), GROUP):
-        path = os.path.join(CACHE, "feat", f"{prefix}-{(first - 500 + g) // GROUP:03d}.npz")
+        path = os.path.join(CACHE, "feat", f"{prefix}-{(first - base + g) // GROUP:03d}.npz")
         if os.path.exists(path):
             continue
-        rng = np.random.default_rng(9_000 + first - 500 + g + (rnd - 1) * 1_000_000)
+        rng = np.random.default_rng(9_000 + first - base + g + (rnd - 1) * 1_000_000)
         parts = []
         for x, _ in paras[g:g + GROUP]:
             parts += [x, np.zeros(int(SR * rng.uniform(0.1, 1.5)), np.float32)]
         x = np.concatenate(parts)
         # Round 5 mines speech in no room (gen.room's "dry"); the earlier rounds mined in rooms.
-        x = gen.room(x, rng, babble_src, "dry" if rnd == 5 else "")
+        x = gen.room(x, rng, babble_src, "dry" if rnd in (5, MADE) else "")
+        if rnd == MADE and (g // GROUP) % 2:
+            x = gen.over_music(x, rng)
         f = common.features(x)
         xn = (f - mean) / std
         s = forward(p, xn)  # s[j] belongs to feature frame j + SHRINK

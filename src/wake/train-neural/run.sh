@@ -183,6 +183,15 @@
 #                           calibrate.py --network 2; paragraphs 500-1700) 3,224 hard stretches
 #   train.py      ~3.9 min  (WAKE_ROUND=17) 2 epochs over 123,908 clips, 94 and 97 s
 #   calibrate.py --companion, --another twice  22 min  on the 40 dev hours
+# Round 18, a candidate dropped on the dev split (2026-12-04, beside a niced release build;
+# not run by this script, BENCHMARKS.md "Round 18" has the commands):
+#   gen.py made   1.5 min   (WAKE_MADE_PARAS=900 WAKE_MADE_SHARDS=0) the made-up speakers'
+#                           paragraphs
+#   mine.py 10    2.6 min   (with the bundled word's main network, round 8's, from
+#                           calibrate.py --network 1) 1,374 hard stretches, 1,264 over music
+#   train.py       12 min   (WAKE_ROUND=18, WAKE_CHANNELS=128) 2 epochs over 113,484 clips,
+#                           348 and 354 s
+#   calibrate.py, --companion, --another twice  46 min  on the 40 dev hours
 # The dev and held-out negatives crossed (2026-12-03, night, idle machine; measured only:
 # BENCHMARKS.md, "The dev and held-out hours crossed"):
 #   gen.py eval-cross  5.9 min  20 h of held-out voices reading dev text, 20 h of every dev
