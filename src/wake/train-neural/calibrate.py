@@ -30,6 +30,8 @@ Usage: calibrate.py OUT.wake CHECK MODEL.wake [MODEL.wake ...]
        calibrate.py --measure MODEL.wake ... (measures now; a later run reuses it)
        calibrate.py --gaps MODEL.wake (what a calibrated word's points cost and hear when
          runs go on through short dips, as they do over the echo canceller's output)
+       calibrate.py --fusion WORD.wake (what the word's networks would hear at the medium
+         point with their scores fused into one under one rule, against its own rules)
 The detection rule simulated here is src/wake/neural.rs's: `min_frames` consecutive
 frames at or over the threshold fire; the word re-arms after 50 frames under it.
 """
@@ -483,6 +485,22 @@ def network_fires(h, name, s, ms):
     return out
 
 
+def word_fires(hm, main_scores, kept, kept_scores, name):
+    """The frames a word fires at, at one point, on the dev negatives and phrases, and
+    which dev clips fire it: its main network (header hm, its dev scores) by its rule, and
+    each of its companions (`kept`, their dev scores) by its rule and agreement."""
+    mpos, mnegs, mclips = main_scores
+    th, km = hm["operating_points"][name], hm["min_frames"]
+    negs = [[f for _, f in events(s, th, km)] for s in mnegs]
+    pos = [[f for _, f in events(s, th, km)] for _, _, s, _ in mpos]
+    clips = clip_runs(mclips, km) >= th
+    for (h, _), (kpos, knegs, kclips) in zip(kept, kept_scores):
+        negs = [b + network_fires(h, name, s, m) for b, s, m in zip(negs, knegs, mnegs)]
+        pos = [b + network_fires(h, name, k[2], m[2]) for b, k, m in zip(pos, kpos, mpos)]
+        clips = clips | (clip_runs(kclips, h["min_frames"]) >= h["operating_points"][name])
+    return negs, pos, clips
+
+
 def companion(dst, main_path, candidates, keep=False):
     """Writes MAIN with the companion network chosen among CANDIDATES (model files of
     earlier rounds): each candidate's rule whose union with the main network hears the
@@ -500,8 +518,6 @@ def companion(dst, main_path, candidates, keep=False):
     hm, am = read_model(main_path)
     _, (mpos, mnegs, mclips) = scores_cached(main_path, hm, am)
     hours = sum(len(s) for s in mnegs) * HOP / SR / 3600
-    km = hm["min_frames"]
-    mruns = clip_runs(mclips, km)
     kept = read_word(main_path)[1:] if keep else []
     if len(kept) + 2 > MAX_NETWORKS:
         sys.exit(f"{main_path} holds {len(kept) + 1} networks already: a word holds at most "
@@ -510,16 +526,8 @@ def companion(dst, main_path, candidates, keep=False):
                "high": lambda fa, clips, med: fa <= hours,
                "low": lambda fa, clips, med: fa == 0 and clips <= med // 2}
     kept_scores = [bytes_scores(model_bytes(h, a), h, a)[1] for h, a in kept]
-    main_fires = {}
-    for name, th in hm["operating_points"].items():
-        negs = [[f for _, f in events(s, th, km)] for s in mnegs]
-        pos = [[f for _, f in events(s, th, km)] for _, _, s, _ in mpos]
-        clips = mruns >= th
-        for (h, _), (kpos, knegs, kclips) in zip(kept, kept_scores):
-            negs = [b + network_fires(h, name, s, m) for b, s, m in zip(negs, knegs, mnegs)]
-            pos = [b + network_fires(h, name, k[2], m[2]) for b, k, m in zip(pos, kpos, mpos)]
-            clips = clips | (clip_runs(kclips, h["min_frames"]) >= h["operating_points"][name])
-        main_fires[name] = (negs, pos, clips)
+    main_fires = {name: word_fires(hm, (mpos, mnegs, mclips), kept, kept_scores, name)
+                  for name in hm["operating_points"]}
 
     def pair(name, cpos, cnegs, cruns, th, k):
         negs, pos, clips = main_fires[name]
@@ -622,6 +630,61 @@ def companion(dst, main_path, candidates, keep=False):
     print(f"wrote {dst}: companion {os.path.basename(path)} with min_frames {k}, points {points}")
 
 
+# Ways to make one score per frame of a word's networks' scores (--fusion).
+FUSIONS = {
+    "the main network alone": lambda s: s[0],
+    "mean of logits": lambda s: 1 / (1 + np.exp(-np.mean(np.log(s / (1 - s)), axis=0))),
+    "mean": lambda s: np.mean(s, axis=0),
+    "highest": lambda s: np.max(s, axis=0),
+    "second highest": lambda s: np.sort(s, axis=0)[-2],
+}
+
+
+def fusion(path):
+    """What the word's networks hear at the medium point's false wakes with their scores
+    fused into one (FUSIONS) under one rule, against the word's own rules and agreements:
+    each fusion's best rule of RULES at its lowest threshold within the allowance."""
+    nets = read_word(path)
+    # Each network's scores as --network K's file of it has them (cached alike).
+    scores = [bytes_scores(model_bytes(alone(h), a), h, a)[1] for h, a in nets]
+    mpos, mnegs, _ = scores[0]
+    hours = sum(len(s) for s in mnegs) * HOP / SR / 3600
+    allowed = allowed_false_wakes(hours)
+    negs, pos, _ = word_fires(nets[0][0], scores[0], nets[1:], scores[1:], "medium")
+    recall = union_recall(mpos, pos, [[] for _ in pos])
+    print(f"{os.path.basename(path)}, {len(nets)} networks, its own rules at medium: "
+          f"{union_false_wakes(negs, [[] for _ in negs])} false wakes in {hours:.2f} h (the "
+          f"point allows {allowed}), dev detection {fmt(recall)} score "
+          f"{group_score(recall):.3f}", flush=True)
+
+    def stacked(i, of_pos):
+        s = np.stack([sc[0][i][2] if of_pos else sc[1][i] for sc in scores])
+        return np.clip(s.astype(np.float64), 1e-7, 1 - 1e-7)
+
+    for name, fuse in FUSIONS.items():
+        fn = [fuse(stacked(i, False)) for i in range(len(mnegs))]
+        fp = [fuse(stacked(i, True)) for i in range(len(mpos))]
+        best = None
+        for k in RULES:
+            fa = lambda i: sum(len(events(s, THRESHOLDS[i], k)) for s in fn)
+            lo, hi = 0, len(THRESHOLDS) - 1
+            if fa(hi) > allowed:
+                continue
+            while lo < hi:  # false wakes fall as the threshold rises
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if fa(mid) <= allowed else (mid + 1, hi)
+            recall = union_recall(mpos, [[f for _, f in events(s, THRESHOLDS[lo], k)] for s in fp],
+                                  [[] for _ in fp])
+            if best is None or group_score(recall) > best[0] + 1e-9:
+                best = (group_score(recall), k, THRESHOLDS[lo], fa(lo), recall)
+        if best is None:
+            print(f"{name}: no rule within {allowed} false wakes", flush=True)
+            continue
+        score, k, th, fa_, recall = best
+        print(f"{name}: {k} frames over {th:.4f}, {fa_} false wakes, dev detection "
+              f"{fmt(recall)} score {score:.3f}", flush=True)
+
+
 def same_network(a, b):
     """Whether two networks' arrays are one network's, in f32 or rounded to half floats
     (whose rounding moves a weight by at most 2^-11 of it)."""
@@ -646,6 +709,12 @@ def half(src, dst):
     print(f"wrote {dst}: {os.path.getsize(dst)} bytes")
 
 
+def alone(h):
+    """A network's header in a file of its own: a companion's rule and agreement belong to
+    the word it was chosen for."""
+    return {k: v for k, v in h.items() if k not in ("companion_bytes", "companion_of", "agreement")}
+
+
 def take(kind, n, src, dst):
     """--first and --network: a word's first `n` networks, or its `n`-th alone."""
     nets = read_word(src)
@@ -655,16 +724,15 @@ def take(kind, n, src, dst):
         (h, a), kept = nets[0], nets[1:n]
         write_model(dst, {k: v for k, v in h.items() if k != "companion_bytes"}, a, chain(kept))
     else:
-        # A companion's rule and agreement belong to the word it was chosen for.
         h, a = nets[n - 1]
-        write_model(dst, {k: v for k, v in h.items()
-                          if k not in ("companion_bytes", "companion_of", "agreement")}, a)
+        write_model(dst, alone(h), a)
     print(f"wrote {dst}: {os.path.getsize(dst)} bytes")
 
 
 # Each mode's number of arguments, the mode included: at least, and at most (None: any).
 ARGS = {"--first": (4, 4), "--network": (4, 4), "--companion": (4, None),
-        "--another": (4, None), "--half": (3, 3), "--gaps": (2, 2), "--measure": (2, None)}
+        "--another": (4, None), "--half": (3, 3), "--gaps": (2, 2), "--fusion": (2, 2),
+        "--measure": (2, None)}
 
 
 def main():
@@ -685,6 +753,9 @@ def main():
         return
     if mode == "--gaps":
         gaps(args[1])
+        return
+    if mode == "--fusion":
+        fusion(args[1])
         return
     if mode == "--measure":  # only fill the cache
         for path in args[1:]:

@@ -192,6 +192,13 @@
 #   train.py       12 min   (WAKE_ROUND=18, WAKE_CHANNELS=128) 2 epochs over 113,484 clips,
 #                           348 and 354 s
 #   calibrate.py, --companion, --another twice  46 min  on the 40 dev hours
+# Round 19, a candidate dropped on the dev split (2026-12-04, later, niced, beside other
+# calibrate.py runs; not run by this script, BENCHMARKS.md "Round 19" has the commands):
+#   gen.py made   3.5 min   (WAKE_MADE_PARAS=900) round 9's clips of the made-up speakers
+#                           (their speech was made for round 18)
+#   train.py       13 min   (WAKE_ROUND=19, WAKE_CHANNELS=128) 2 epochs over 137,484 clips,
+#                           376 and 378 s
+#   calibrate.py  9.5 min   the main network's choice on the 40 dev hours (it kept round 8's)
 # The dev and held-out negatives crossed (2026-12-03, night, idle machine; measured only:
 # BENCHMARKS.md, "The dev and held-out hours crossed"):
 #   gen.py eval-cross  5.9 min  20 h of held-out voices reading dev text, 20 h of every dev
