@@ -235,21 +235,16 @@ def _cached(key, name, compute):
 def measure_model(path):
     """Every rule's table of (threshold, false wakes per hour, detection per room,
     offsets, dev clips fired) on the dev recordings, the hours of negatives and clips,
-    and the number of phrases. Scores and tables are cached per model file and dev set,
+    and the number of phrases. Scores and tables are cached per network and dev set,
     so candidates can be measured as training writes them."""
     h, a = read_model(path)
-    key, (pos, negs, clips) = scores_cached(path, h, a)
+    key, (pos, negs, clips) = network_scores(h, a)
     hours = sum(len(s) for s in negs) * HOP / SR / 3600
     clip_hours = len(clips) * 2.4 / 3600
     rule = hashlib.sha1(repr((THRESHOLDS.tolist(), REARM, GROUPS)).encode()).hexdigest()[:8]
     tables = {k: _cached(key, f"rule{k}-{rule}", lambda: rule_table(pos, negs, clips, hours, k))
               for k in RULES}
     return h, a, tables, hours, clip_hours, len(pos)
-
-
-def scores_cached(path, h, a):
-    """The cache key of a model file on this dev set, and its dev scores."""
-    return bytes_scores(open(path, "rb").read(), h, a)
 
 
 # The dev set's directories of negatives: "negative" (gen.py eval-dev), and with
@@ -259,9 +254,11 @@ DEV_NEGATIVES = [d.strip() for d in os.environ.get("WAKE_DEV_NEGATIVES", "negati
 DEV_ROOMS = ("quiet", "reverb", "noise10", "babble5")
 
 
-def bytes_scores(b, h, a):
-    """scores_cached for the network (h, a), keyed by the bytes `b` it came from and the
-    dev files measured."""
+def network_scores(h, a):
+    """The cache key of the network (header h, arrays a) on this dev set, and its dev
+    scores. The key is the network's weights (as stored), its dilations and the dev files
+    measured: not the rest of its header (points, rules, the word it is in), so a network
+    scored once as a candidate keeps its scores in every word it is then kept in."""
     dev = os.path.join(CACHE, "eval-dev")
     for d in DEV_NEGATIVES:
         # Checked before the cache key: a missing set would key the scores of the others.
@@ -271,6 +268,8 @@ def bytes_scores(b, h, a):
                      "\"voices\"")
     dev_files = sorted(p for d in DEV_ROOMS + tuple(DEV_NEGATIVES)
                        for p in wavs_in(os.path.join(dev, d)))
+    b = model_bytes({"dilations": h["dilations"], "dtype": h.get("dtype", "f32"),
+                     "arrays": h["arrays"]}, a)
     key = hashlib.sha1(b + repr(dev_files).encode()).hexdigest()[:16]
     return key, _cached(key, "scores", lambda: dev_scores(h, a))
 
@@ -376,7 +375,7 @@ def gaps(path):
     """A calibrated word at its own points and rule, with runs going on through dips of
     0-6 frames: dev false wakes per hour and dev detection per room."""
     h, a = read_model(path)
-    _, (pos, negs, _) = scores_cached(path, h, a)
+    _, (pos, negs, _) = network_scores(h, a)
     hours = sum(len(s) for s in negs) * HOP / SR / 3600
     k = h["min_frames"]
     for name, th in h["operating_points"].items():
@@ -516,7 +515,7 @@ def companion(dst, main_path, candidates, keep=False):
     replaces them and candidates are compared by their own rule, as the bundled pair's
     was chosen."""
     hm, am = read_model(main_path)
-    _, (mpos, mnegs, mclips) = scores_cached(main_path, hm, am)
+    _, (mpos, mnegs, mclips) = network_scores(hm, am)
     hours = sum(len(s) for s in mnegs) * HOP / SR / 3600
     kept = read_word(main_path)[1:] if keep else []
     if len(kept) + 2 > MAX_NETWORKS:
@@ -525,7 +524,7 @@ def companion(dst, main_path, candidates, keep=False):
     targets = {"medium": lambda fa, clips, med: fa <= allowed_false_wakes(hours),
                "high": lambda fa, clips, med: fa <= hours,
                "low": lambda fa, clips, med: fa == 0 and clips <= med // 2}
-    kept_scores = [bytes_scores(model_bytes(h, a), h, a)[1] for h, a in kept]
+    kept_scores = [network_scores(h, a)[1] for h, a in kept]
     main_fires = {name: word_fires(hm, (mpos, mnegs, mclips), kept, kept_scores, name)
                   for name in hm["operating_points"]}
 
@@ -570,7 +569,7 @@ def companion(dst, main_path, candidates, keep=False):
             print(f"{os.path.basename(path)}: the word holds this network already (maybe in "
                   "other floats)", flush=True)
             continue
-        _, (cpos, cnegs, cclips) = scores_cached(path, hc, ac)
+        _, (cpos, cnegs, cclips) = network_scores(hc, ac)
         mine = None
         for k in RULES:
             cruns = clip_runs(cclips, k)
@@ -645,8 +644,7 @@ def fusion(path):
     fused into one (FUSIONS) under one rule, against the word's own rules and agreements:
     each fusion's best rule of RULES at its lowest threshold within the allowance."""
     nets = read_word(path)
-    # Each network's scores as --network K's file of it has them (cached alike).
-    scores = [bytes_scores(model_bytes(alone(h), a), h, a)[1] for h, a in nets]
+    scores = [network_scores(h, a)[1] for h, a in nets]
     mpos, mnegs, _ = scores[0]
     hours = sum(len(s) for s in mnegs) * HOP / SR / 3600
     allowed = allowed_false_wakes(hours)

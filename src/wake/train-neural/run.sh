@@ -212,8 +212,11 @@
 # ~40 min more.
 # Everything is cached under $WAKE_CACHE (default ~/.cache/strawberry/wake/neural; the
 # stop word's under $STOP_CACHE);
-# a rerun skips what exists, and training resumes from its last finished epoch. Delete
-# the cache directories to start from nothing.
+# a rerun skips what exists, and training resumes from its last finished epoch
+# (calibrate.py keeps each network's dev scores by its weights, so a network is scored
+# once on a dev set, whichever word it is then in: since 2026-12-04 putting a word of four
+# networks together on the 40 dev hours scores each candidate once, where it scored the
+# kept networks again at every step). Delete the cache directories to start from nothing.
 #
 # Usage: src/wake/train-neural/run.sh
 set -euo pipefail
