@@ -707,12 +707,6 @@ def half(src, dst):
     print(f"wrote {dst}: {os.path.getsize(dst)} bytes")
 
 
-def alone(h):
-    """A network's header in a file of its own: a companion's rule and agreement belong to
-    the word it was chosen for."""
-    return {k: v for k, v in h.items() if k not in ("companion_bytes", "companion_of", "agreement")}
-
-
 def take(kind, n, src, dst):
     """--first and --network: a word's first `n` networks, or its `n`-th alone."""
     nets = read_word(src)
@@ -723,7 +717,9 @@ def take(kind, n, src, dst):
         write_model(dst, {k: v for k, v in h.items() if k != "companion_bytes"}, a, chain(kept))
     else:
         h, a = nets[n - 1]
-        write_model(dst, alone(h), a)
+        # A companion's rule and agreement belong to the word it was chosen for.
+        write_model(dst, {k: v for k, v in h.items()
+                          if k not in ("companion_bytes", "companion_of", "agreement")}, a)
     print(f"wrote {dst}: {os.path.getsize(dst)} bytes")
 
 
