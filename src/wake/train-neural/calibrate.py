@@ -484,6 +484,19 @@ def network_fires(h, name, s, ms):
     return out
 
 
+def lowest_threshold(ok):
+    """The index of the lowest of THRESHOLDS where `ok` holds, and whether it holds there
+    (the highest tried when it holds nowhere). False wakes fall as the threshold rises, so
+    a bisection finds it."""
+    lo, hi = 0, len(THRESHOLDS) - 1
+    if not ok(hi):
+        return hi, False
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid + 1, hi)
+    return lo, True
+
+
 def word_fires(hm, main_scores, kept, kept_scores, name):
     """The frames a word fires at, at one point, on the dev negatives and phrases, and
     which dev clips fire it: its main network (header hm, its dev scores) by its rule, and
@@ -535,16 +548,8 @@ def companion(dst, main_path, candidates, keep=False):
         return fa, fired, union_recall(cpos, pos, [[f for _, f in events(s, th, k)] for _, _, s, _ in cpos])
 
     def lowest(name, cpos, cnegs, cruns, k, med_clips):
-        # Each point's false wakes fall as the threshold rises: bisect for the lowest
-        # threshold within the point's target; the highest tried when none is.
-        ok = lambda i: targets[name](*pair(name, cpos, cnegs, cruns, THRESHOLDS[i], k)[:2], med_clips)
-        lo, hi = 0, len(THRESHOLDS) - 1
-        if not ok(hi):
-            return hi, False
-        while lo < hi:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if ok(mid) else (mid + 1, hi)
-        return lo, True
+        return lowest_threshold(lambda i: targets[name](
+            *pair(name, cpos, cnegs, cruns, THRESHOLDS[i], k)[:2], med_clips))
 
     def agree(name, cpos, cnegs, k, th, med_clips):
         # The point's agreement (none at low, whose target also counts the dev clips'
@@ -665,12 +670,9 @@ def fusion(path):
         best = None
         for k in RULES:
             fa = lambda i: sum(len(events(s, THRESHOLDS[i], k)) for s in fn)
-            lo, hi = 0, len(THRESHOLDS) - 1
-            if fa(hi) > allowed:
+            lo, reached = lowest_threshold(lambda i: fa(i) <= allowed)
+            if not reached:
                 continue
-            while lo < hi:  # false wakes fall as the threshold rises
-                mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if fa(mid) <= allowed else (mid + 1, hi)
             recall = union_recall(mpos, [[f for _, f in events(s, THRESHOLDS[lo], k)] for s in fp],
                                   [[] for _ in fp])
             if best is None or group_score(recall) > best[0] + 1e-9:
