@@ -139,6 +139,11 @@ INDIC_FESTIVAL = {"hindi_NSK_diphone": "हेय् स्ट्रॉबेर
 # variants are real files of espeak-ng's; these are named "made" and a number.
 MADE_VARIANTS = 200
 MADE_DATA = os.path.join(CACHE, "espeak")
+# Round 20's made-up speakers (gen.py wide): as round 9's, with the spectrum reshaped the
+# way espeak-ng's own variants reshape it (formants moved one by one, one or two moved
+# far, a tone curve), under a second private copy: espeak-ng lists at most 349 voices.
+WIDE_VARIANTS = 200
+WIDE_DATA = os.path.join(CACHE, "espeak-wide")
 
 
 def espeak_ng_data():
@@ -164,7 +169,7 @@ def espeak_old_variants():
 
 def split_of(engine, voice, variant):
     if is_made(variant):
-        return "made"
+        return variant[:4]
     if engine == "festival":
         return "accent" if voice in TRAIN_FESTIVAL else "test"
     if engine == "flite":
@@ -177,8 +182,8 @@ def split_of(engine, voice, variant):
 
 
 def all_voices():
-    """(engine, voice, variant) for every voice this machine's packages offer, and round
-    9's made-up espeak-ng variants once gen.py made has written them."""
+    """(engine, voice, variant) for every voice this machine's packages offer, and rounds
+    9's and 20's made-up espeak-ng variants once gen.py made and wide have written them."""
     out = []
     ng = espeak_ng_variants()
     for lang in ESPEAK_NG_EN + ESPEAK_NG_OTHER:
@@ -193,13 +198,20 @@ def all_voices():
         out.append(("flite", v, ""))
     for v in ["kal_diphone", "ked_diphone", "cmu_us_slt_arctic_hts"] + TRAIN_FESTIVAL:
         out.append(("festival", v, ""))
-    made = os.path.join(MADE_DATA, "espeak-ng-data", "voices", "!v")
-    if os.path.isdir(made):
-        for v in sorted(f for f in os.listdir(made) if is_made(f)):
-            out += [("espeak-ng", lang, v) for lang in ESPEAK_NG_EN + ESPEAK_NG_OTHER
-                    if lang not in TEST_LANGS]
+    for data in (MADE_DATA, WIDE_DATA):
+        made = os.path.join(data, "espeak-ng-data", "voices", "!v")
+        if os.path.isdir(made):
+            for v in sorted(f for f in os.listdir(made) if is_made(f)):
+                out += [("espeak-ng", lang, v) for lang in ESPEAK_NG_EN + ESPEAK_NG_OTHER
+                        if lang not in TEST_LANGS]
     return out
 
 
 def is_made(variant):
-    return re.fullmatch(r"made[0-9]{3}", variant) is not None
+    """A made-up variant: round 9's ("made") or round 20's ("wide")."""
+    return re.fullmatch(r"(made|wide)[0-9]{3}", variant) is not None
+
+
+def made_data(variant):
+    """The private espeak-ng data that holds a made-up variant."""
+    return WIDE_DATA if variant.startswith("wide") else MADE_DATA

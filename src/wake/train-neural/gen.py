@@ -68,7 +68,7 @@ def synth(engine, voice, variant, text, speed, pitch):
             v = f"{voice}+{variant}" if variant else voice
             s = int(115 + 90 * speed)
             p = int(15 + 70 * pitch)
-            data = [f"--path={common.MADE_DATA}"] if common.is_made(variant) else []
+            data = [f"--path={common.made_data(variant)}"] if common.is_made(variant) else []
             subprocess.run([engine, *data, "-v", v, "-s", str(s), "-p", str(p), "-w", out,
                             "-f", tf], check=True, capture_output=True, timeout=120)
         elif engine == "flite":
@@ -114,6 +114,8 @@ ACCENT_COUNTS = {"accent": {"phrase": 600, "command": 150, "confusable": 240, "p
 # first 150 stay the same.
 MADE_COUNTS = {"made": {"phrase": 1200, "command": 300, "confusable": 480,
                         "para": int(os.environ.get("WAKE_MADE_PARAS", "150"))}}
+# Round 20's (common.WIDE_VARIANTS), as many.
+WIDE_COUNTS = {"wide": {"phrase": 1200, "command": 300, "confusable": 480, "para": 150}}
 SCALE = float(os.environ.get("WAKE_SCALE", "1"))
 
 
@@ -173,7 +175,7 @@ def stage_tts(workers, counts=COUNTS):
     for split, kinds in counts.items():
         for kind, n in kinds.items():
             for i in range(max(1, int(n * SCALE))):
-                seed = (["train", "dev", "accent", "made"].index(split) * 10 + ["phrase", "command",
+                seed = (["train", "dev", "accent", "made", "wide"].index(split) * 10 + ["phrase", "command",
                         "confusable", "para"].index(kind)) * 1_000_003 + i
                 jobs.append((split, kind, i, seed, train_sents))
     # Interleave so a partial run has some of everything.
@@ -184,20 +186,41 @@ def stage_tts(workers, counts=COUNTS):
                 print(f"tts {k}/{len(jobs)}", flush=True)
 
 
-def made_variant(rng):
+def made_variant(rng, wide=False):
     """An espeak-ng variant file of a speaker no variant of espeak-ng's is: a random
     pitch and range, a vocal tract from 15% shorter to 20% longer than the base voice's
     (every formant scaled together, then each a little on its own, with random heights
     and widths), and sometimes breath, roughness, an echo, or one of the Klatt
     synthesisers. The ranges are within those espeak-ng's own variants span, voicing and
-    formant heights kept low enough that few clip (8 of 200 saying "hey strawberry")."""
+    formant heights kept low enough that few clip (8 of 200 saying "hey strawberry").
+    `wide` (round 20) also reshapes the spectrum as espeak-ng's training and dev variants
+    do and round 9's speakers never did: the first formants moved by different amounts
+    (Alicia's 130/150/135%), often one or two of the higher ones moved far (to 9-40% or
+    150-200%: steph's, Denis's, Jacky's, Tweaky's, marcelo's), often a tone curve
+    (steph2's, anika's) and breath widths: the bundled word's dev misses outside babble
+    are whole variants that do so."""
     base = rng.uniform(65, 230)
     lines = ["language variant", f"gender {'female' if base > 150 else 'male'}",
              f"pitch {base:.0f} {base * rng.uniform(1.1, 1.8):.0f}"]
     tract = rng.uniform(0.85, 1.2)
+    own = (0.94, 1.06)
+    far = set()
+    if wide:
+        own = (0.8, 1.4) if rng.random() < 0.5 else own
+        if rng.random() < 0.6:
+            far = set(rng.choice(np.arange(3, 9), size=int(rng.integers(1, 3)), replace=False))
     for i in range(9):
-        lines.append(f"formant {i} {100 * tract * rng.uniform(0.94, 1.06):.0f} "
-                     f"{rng.uniform(60, 120):.0f} {rng.uniform(70, 160):.0f}")
+        f = 100 * tract * rng.uniform(*own) if 1 <= i <= 3 else 100 * tract * rng.uniform(0.94, 1.06)
+        if i in far:
+            f = rng.uniform(9, 40) if rng.random() < 0.5 else rng.uniform(150, 200)
+        lines.append(f"formant {i} {f:.0f} {rng.uniform(60, 120):.0f} {rng.uniform(70, 160):.0f}")
+    if wide and rng.random() < 0.5:
+        # espeak-ng's tone: amplitude (0-255) at five rising frequencies.
+        freqs = [rng.uniform(lo, hi) for lo, hi in ((80, 300), (400, 900), (1000, 1600),
+                                                    (1800, 2600), (2800, 4000))]
+        lines.append("tone " + " ".join(f"{f:.0f} {rng.uniform(10, 255):.0f}" for f in freqs))
+    if wide and rng.random() < 0.3:
+        lines.append("breathw " + " ".join(str(rng.integers(100, 400)) for _ in range(6)))
     lines += [f"flutter {rng.integers(0, 13)}", f"voicing {rng.uniform(30, 110):.0f}",
               f"consonants {rng.uniform(50, 120):.0f} {rng.uniform(40, 130):.0f}"]
     if rng.random() < 0.3:
@@ -211,10 +234,13 @@ def made_variant(rng):
     return "\n".join(lines) + "\n"
 
 
-def stage_voices():
+def stage_voices(wide=False):
     """A private copy of espeak-ng's data with the made-up variants added
-    (common.MADE_DATA), seeded by number so a rerun writes the same voices."""
-    dst = os.path.join(common.MADE_DATA, "espeak-ng-data")
+    (common.MADE_DATA, or round 20's common.WIDE_DATA), seeded by number so a rerun writes
+    the same voices."""
+    data, name, n, seed = ((common.WIDE_DATA, "wide", common.WIDE_VARIANTS, 8_000_000) if wide
+                           else (common.MADE_DATA, "made", common.MADE_VARIANTS, 6_000_000))
+    dst = os.path.join(data, "espeak-ng-data")
     if not os.path.isdir(dst):
         tmp = dst + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -222,9 +248,9 @@ def stage_voices():
         # included, and drops the rest (131 languages and 200 variants fit).
         shutil.copytree(common.espeak_ng_data(), tmp, ignore=shutil.ignore_patterns("voices"))
         os.makedirs(os.path.join(tmp, "voices", "!v"))
-        for i in range(common.MADE_VARIANTS):
-            with open(os.path.join(tmp, "voices", "!v", f"made{i:03d}"), "w") as f:
-                f.write(made_variant(np.random.default_rng(6_000_000 + i)))
+        for i in range(n):
+            with open(os.path.join(tmp, "voices", "!v", f"{name}{i:03d}"), "w") as f:
+                f.write(made_variant(np.random.default_rng(seed + i), wide))
         os.replace(tmp, dst)
 
 
@@ -511,22 +537,23 @@ def shard_job(job):
     # "dry": round 8's, in no room at all, a third of them positive as in "train" (half
     # made the round fire on more dry dev speech); every fourth shard is festival's voices
     # (accent), the rest the training voices. "made": round 9's made-up espeak-ng speakers,
-    # half of them saying the phrase, in the usual rooms (as "accent"). "accbabble": round
+    # half of them saying the phrase, in the usual rooms (as "accent"); "wide", round 20's,
+    # the same. "accbabble": round
     # 15's festival voices always over other people talking, as "babble" is for the
     # training voices: no earlier round heard festival's voices there, and over babble the
     # word heard festival's dev voices least (27% at medium).
     mix = "babble" if split == "accbabble" else split if split in ("noisy", "babble", "dry") else ""
-    half = split in ("noisy", "babble", "accent", "made", "accbabble")  # half positive, not a third
+    half = split in ("noisy", "babble", "accent", "made", "wide", "accbabble")  # half positive, not a third
     if split in ("accent", "accbabble") or (split == "dry" and k % 4 == 3):
         voices = "accent"
     else:
         voices = "train" if mix else split
     d = _data(voices)
-    paras = _data("train")["para"] if voices in ("accent", "made") else d["para"]
+    paras = _data("train")["para"] if voices in ("accent", "made", "wide") else d["para"]
     rng = np.random.default_rng(1000 + k + {"train": 0, "dev": 500_000, "noisy": 2_000_000,
                                             "babble": 3_000_000, "accent": 4_000_000,
                                             "dry": 5_000_000, "made": 6_000_000,
-                                            "accbabble": 7_000_000}[split])
+                                            "accbabble": 7_000_000, "wide": 8_000_000}[split])
     X, Y = [], []
     for i in range(SHARD):
         if i % (2 if half else 3) == 0:
@@ -1015,7 +1042,7 @@ if __name__ == "__main__":
     # The docstring is training text (above), so the stages are listed here; run.sh runs
     # them in order.
     stages = ("all", "tts", "feat", "noisy", "babble", "accent", "dry", "accent-babble",
-              "made", "eval", "eval-dev", "eval-dev-voices", "eval-pitched",
+              "made", "wide", "eval", "eval-dev", "eval-dev-voices", "eval-pitched",
               "eval-coloured", "eval-tempo", "eval-indic", "eval-test", "eval-cross")
     common.usage(f"{__doc__}\n\nUsage: gen.py [STAGE] (default all), STAGE one of "
                  f"{', '.join(stages)}; run.sh runs them in order.",
@@ -1047,6 +1074,11 @@ if __name__ == "__main__":
         stage_voices()
         stage_tts(workers, MADE_COUNTS)
         stage_feat_mixed(workers, "made", int(os.environ.get("WAKE_MADE_SHARDS", "30")))
+    # Not part of "all" either: round 20's made-up speakers, their spectrum reshaped.
+    if stage == "wide":
+        stage_voices(wide=True)
+        stage_tts(workers, WIDE_COUNTS)
+        stage_feat_mixed(workers, "wide", 30)
     if stage in ("eval-dev", "eval", "all"):
         stage_eval(workers, "dev")
     # Not part of "all": more dev negatives, every dev voice reading text of its own

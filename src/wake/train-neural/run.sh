@@ -199,6 +199,14 @@
 #   train.py       13 min   (WAKE_ROUND=19, WAKE_CHANNELS=128) 2 epochs over 137,484 clips,
 #                           376 and 378 s
 #   calibrate.py  9.5 min   the main network's choice on the 40 dev hours (it kept round 8's)
+# Round 20, a candidate dropped on the dev split (2026-12-04, evening, idle machine, not
+# niced; not run by this script, BENCHMARKS.md "Round 20" has the commands):
+#   gen.py wide   4.5 min   200 made-up speakers with the spectrum reshaped, 2,130
+#                           utterances, 30 shards of 400 clips, half positive
+#   train.py       16 min   (WAKE_ROUND=20, WAKE_CHANNELS=128) 2 epochs over 161,484 clips,
+#                           476 and 468 s
+#   calibrate.py --another  9.7 min  round 12's network or round 20's epochs as the fourth
+#                           network on the 40 dev hours (round 20's two epochs scored)
 # The dev and held-out negatives crossed (2026-12-03, night, idle machine; measured only:
 # BENCHMARKS.md, "The dev and held-out hours crossed"):
 #   gen.py eval-cross  5.9 min  20 h of held-out voices reading dev text, 20 h of every dev
