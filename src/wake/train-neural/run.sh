@@ -207,6 +207,11 @@
 #                           476 and 468 s
 #   calibrate.py --another  9.7 min  round 12's network or round 20's epochs as the fourth
 #                           network on the 40 dev hours (round 20's two epochs scored)
+# Round 21, a candidate not bundled (2026-12-04, evening, idle machine; not run by this
+# script, BENCHMARKS.md "Round 21" has the commands):
+#   train.py        7 min   (WAKE_ROUND=21, WAKE_CHANNELS=64) 2 epochs over 161,484 clips,
+#                           199 and 184 s
+#   calibrate.py --first 2, --another twice  7 min  on the 40 dev hours
 # The dev and held-out negatives crossed (2026-12-03, night, idle machine; measured only:
 # BENCHMARKS.md, "The dev and held-out hours crossed"):
 #   gen.py eval-cross  5.9 min  20 h of held-out voices reading dev text, 20 h of every dev

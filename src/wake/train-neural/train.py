@@ -325,6 +325,12 @@ def export(p, mean, std, path, meta):
 # do (Alicia, steph2, anika). A candidate dropped on the dev split: in round 12's place it
 # heard more dev phrases in the reverberant, noisy and babble rooms but none of steph2's 8
 # in a quiet room (336 of 344 against 343; BENCHMARKS.md, "Round 20").
+# 21 is round 20's clips for the third network (round 10's, 64 channels; WAKE_FROM, its
+# file from calibrate.py --network 3), with round 10's labels and no warps, so round 12's
+# network and its agreement stay. A candidate, not bundled: it heard 12 more dev phrases
+# over babble with 8 dev false wakes in 40 hours against 12, and held out 9 more over babble
+# and the same 544 in a quiet room, but woke 3 times in the 30 held-out hours against 2
+# (BENCHMARKS.md, "Round 21").
 ROUND = os.environ.get("WAKE_ROUND", "")
 BUNDLED = os.path.join(common.REPO, "src", "wake", "hey_strawberry.wake")
 ROUNDS = {"1": ("ft", f"state-c{C}.npz", ["mine"], 4, 5e-4, 25),
@@ -362,7 +368,10 @@ ROUNDS = {"1": ("ft", f"state-c{C}.npz", ["mine"], 4, 5e-4, 25),
                  ["noisy", "babble", "accent*2", "dry*2", "mine10*4", "made*2"], 2, 4e-4, 45),
           "20": ("r20", os.environ.get("WAKE_FROM"),
                  ["noisy", "babble", "accent*2", "dry*2", "mine10*4", "made*2", "wide*2"], 2,
-                 4e-4, 45)}
+                 4e-4, 45),
+          "21": ("r21", os.environ.get("WAKE_FROM"),
+                 ["noisy", "babble", "accent*2", "dry*2", "mine10*4", "made*2", "wide*2"], 2,
+                 4e-4, 25)}
 # The rounds that start from a model file, and which file WAKE_FROM must name.
 _CHOSEN = "set WAKE_FROM to the .wake file calibrate.py wrote for it"
 _FOURTH = ("the bundled word's fourth network (round 12's): set WAKE_FROM to its file "
@@ -383,6 +392,8 @@ NEEDS_FROM = {
     "19": "the bundled word's main network: set WAKE_FROM to its file "
           "(calibrate.py --network 1 writes it)",
     "20": _FOURTH,
+    "21": "the bundled word's third network (round 10's): set WAKE_FROM to its file "
+          "(calibrate.py --network 3 writes it)",
 }
 if ROUND and ROUND not in ROUNDS:
     sys.exit(f"WAKE_ROUND={ROUND} is no round of this script: one of {', '.join(ROUNDS)}")
