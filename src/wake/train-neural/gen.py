@@ -210,7 +210,7 @@ def made_variant(rng, wide=False):
         if rng.random() < 0.6:
             far = set(rng.choice(np.arange(3, 9), size=int(rng.integers(1, 3)), replace=False))
     for i in range(9):
-        f = 100 * tract * rng.uniform(*own) if 1 <= i <= 3 else 100 * tract * rng.uniform(0.94, 1.06)
+        f = 100 * tract * rng.uniform(*(own if 1 <= i <= 3 else (0.94, 1.06)))
         if i in far:
             f = rng.uniform(9, 40) if rng.random() < 0.5 else rng.uniform(150, 200)
         lines.append(f"formant {i} {f:.0f} {rng.uniform(60, 120):.0f} {rng.uniform(70, 160):.0f}")
@@ -538,10 +538,9 @@ def shard_job(job):
     # made the round fire on more dry dev speech); every fourth shard is festival's voices
     # (accent), the rest the training voices. "made": round 9's made-up espeak-ng speakers,
     # half of them saying the phrase, in the usual rooms (as "accent"); "wide", round 20's,
-    # the same. "accbabble": round
-    # 15's festival voices always over other people talking, as "babble" is for the
-    # training voices: no earlier round heard festival's voices there, and over babble the
-    # word heard festival's dev voices least (27% at medium).
+    # the same. "accbabble": round 15's festival voices always over other people talking,
+    # as "babble" is for the training voices: no earlier round heard festival's voices
+    # there, and over babble the word heard festival's dev voices least (27% at medium).
     mix = "babble" if split == "accbabble" else split if split in ("noisy", "babble", "dry") else ""
     half = split in ("noisy", "babble", "accent", "made", "wide", "accbabble")  # half positive, not a third
     if split in ("accent", "accbabble") or (split == "dry" and k % 4 == 3):
