@@ -14,15 +14,14 @@ Usage: calibrate.py OUT.wake CHECK MODEL.wake [MODEL.wake ...]
        calibrate.py --companion OUT.wake MAIN.wake CANDIDATE.wake [CANDIDATE.wake ...]
          (a calibrated word with a companion network: the candidate, a model file of an
          earlier round, and rule that hear the most dev phrases the main network misses
-         at its medium point without a false wake more than the point allows; then, at
+         at its medium point without a false wake more than the point allows, or than the
+         main network makes where its points were set on fewer dev hours; then, at
          medium and high, the agreement rule of the two that hears the most dev phrases
          within the point's false wakes, if one hears more than the pair alone)
        calibrate.py --another OUT.wake WORD.wake CANDIDATE.wake [CANDIDATE.wake ...]
          (as --companion, keeping WORD's companions, rules and agreements: one more
          network, within the word's size limit and src/wake/neural.rs's 4 networks; of
-         several candidates, the one whose word hears most at medium with its agreement;
-         where WORD already makes more dev false wakes than a point allows, the network
-         may add none)
+         several candidates, the one whose word hears most at medium with its agreement)
        calibrate.py --half MODEL.wake OUT.wake (a model file's network in half floats,
          for a candidate companion: half the bytes)
        calibrate.py --first N WORD.wake OUT.wake (a word's first N networks, its rules and
@@ -539,10 +538,9 @@ def companion(dst, main_path, candidates, keep=False):
     kept_scores = [network_scores(h, a)[1] for h, a in kept]
     main_fires = {name: word_fires(hm, (mpos, mnegs, mclips), kept, kept_scores, name)
                   for name in hm["operating_points"]}
-    # A word kept whole whose points were set on fewer dev hours may make more false wakes
-    # in these than a point allows: it keeps them, and the network added may add none.
-    own = {name: union_false_wakes(f[0], [[]] * len(f[0])) if keep else 0
-           for name, f in main_fires.items()}
+    # A word whose points were set on fewer dev hours may make more false wakes in these
+    # than a point allows: it keeps them, and the network added may add none.
+    own = {name: union_false_wakes(f[0], [[]] * len(f[0])) for name, f in main_fires.items()}
     targets = {"medium": lambda fa, clips, med: fa <= max(allowed_false_wakes(hours), own["medium"]),
                "high": lambda fa, clips, med: fa <= max(hours, own["high"]),
                "low": lambda fa, clips, med: fa <= own["low"] and clips <= med // 2}
