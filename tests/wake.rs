@@ -671,9 +671,22 @@ fn clips_frames(samples: &[f32]) -> impl Iterator<Item = &[f32]> {
     samples.chunks_exact(strawberry_spoke::wake::FRAME_SAMPLES)
 }
 
+/// The largest difference between the logits a network traced and the script's, from the
+/// first frame its receptive field fills.
+fn worst_logit_difference(traced: &[f32], first: usize, want: &serde_json::Value) -> f64 {
+    let want = want.as_array().unwrap();
+    assert_eq!(traced.len(), first + want.len());
+    traced[first..]
+        .iter()
+        .zip(want)
+        .map(|(g, w)| (f64::from(*g) - w.as_f64().unwrap()).abs())
+        .fold(0.0, f64::max)
+}
+
 /// The Rust network computes what the training script computed: the features and
 /// logits `src/wake/train-neural/calibrate.py` exported for a held-out clip with the
-/// bundled model (the clip is committed next to them).
+/// bundled model (the clip is committed next to them), for its main network and for each
+/// companion alone.
 #[test]
 fn neural_word_computes_what_the_training_script_computed() {
     let _cores = cpu::heavy_blocking();
@@ -694,19 +707,78 @@ fn neural_word_computes_what_the_training_script_computed() {
     }
     assert!(worst < 2e-3, "features differ by up to {worst}");
     let first = expected["first_logit_frame"].as_u64().unwrap() as usize;
-    let logits = expected["logits"].as_array().unwrap();
-    assert_eq!(trace.logits.len(), first + logits.len());
-    let mut worst = 0f64;
-    for (g, w) in trace.logits[first..].iter().zip(logits) {
-        worst = worst.max((f64::from(*g) - w.as_f64().unwrap()).abs());
-    }
+    let worst = worst_logit_difference(&trace.logits, first, &expected["logits"]);
     assert!(worst < 2e-3, "logits differ by up to {worst}");
     // The clip holds the phrase: the check is not all zeros.
-    let best = logits
+    let best = expected["logits"]
+        .as_array()
+        .unwrap()
         .iter()
         .filter_map(|v| v.as_f64())
         .fold(f64::MIN, f64::max);
     assert!(best > 0.0, "best logit {best}");
+    let companions = expected["companion_logits"].as_array().unwrap();
+    let networks = bundled_networks();
+    assert_eq!(companions.len(), networks.len() - 1);
+    for (i, (network, want)) in networks[1..].iter().zip(companions).enumerate() {
+        let traced = WakeWord::from_bytes(network, "companion")
+            .unwrap()
+            .trace(&samples)
+            .unwrap()
+            .logits;
+        let worst = worst_logit_difference(&traced, first, want);
+        assert!(
+            worst < 2e-3,
+            "companion {}: logits differ by up to {worst}",
+            i + 1
+        );
+    }
+}
+
+/// A network whose input is normalised by a running mean (its header's `running_mean`)
+/// hears a voice the same at another level once its average has caught up: a level, as
+/// any colour a band carries steadily, is taken away. With the fixed mean it is not.
+#[test]
+fn a_running_mean_takes_away_what_a_band_carries_steadily() {
+    let _cores = cpu::heavy_blocking();
+    let check =
+        read_16k(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/wake/neural-check.wav"));
+    // 4 s of faint noise first (the average settles), and under the phrase (no band
+    // falls to the log's floor, where a level would not shift it).
+    let mut seed = 7;
+    let mut samples = vec![0.0; 4 * SAMPLE_RATE as usize];
+    samples.extend(&check);
+    for s in &mut samples {
+        *s += 3e-3 * crate::support::room::noise(&mut seed);
+    }
+    let quieter: Vec<f32> = samples.iter().map(|s| s * 0.5).collect();
+    let change = |network: &[u8]| {
+        let word = WakeWord::from_bytes(network, "mem").unwrap();
+        let (a, b) = (word.trace(&samples).unwrap(), word.trace(&quieter).unwrap());
+        // From 3 s on: the whole receptive field past the average's first second.
+        a.logits[300..]
+            .iter()
+            .zip(&b.logits[300..])
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max)
+    };
+    let fixed = change(&main_network_with(|_| {}));
+    let running = change(&main_network_with(|h| h["running_mean"] = 0.025.into()));
+    assert!(fixed > 0.5, "the fixed mean's logits moved by {fixed}");
+    assert!(
+        running < 0.05,
+        "the running mean's logits moved by {running}"
+    );
+    refused_saying(vec![
+        (
+            main_network_with(|h| h["running_mean"] = 0.0.into()),
+            "running_mean 0 is not in (0, 1]",
+        ),
+        (
+            main_network_with(|h| h["running_mean"] = 1.5.into()),
+            "running_mean 1.5 is not in (0, 1]",
+        ),
+    ]);
 }
 
 #[test]

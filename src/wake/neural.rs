@@ -36,8 +36,18 @@
 //! (BENCHMARKS.md, "Two networks agreeing"). Each companion has its own agreement with
 //! the main network. Half floats let the bundled word carry four networks within the
 //! training pipeline's 2/3 MB (calibrate.py's MAX_WORD_BYTES): round 8's and round 12's (128
-//! channels) and round 10's in half floats, round 1's in f32; each companion's agreement
-//! with round 8 hears more of the dev voices (BENCHMARKS.md, "Four networks", "Round 12").
+//! channels) and round 22's in half floats, round 1's in f32; each companion's agreement
+//! with round 8 hears more of the dev voices (BENCHMARKS.md, "Four networks", "Round 12",
+//! "Round 22").
+//!
+//! A network's header may ask for its input to be normalised by a running mean
+//! (`running_mean`, its weight per frame) instead of the fixed mean of its training clips:
+//! each band less its exponential average, which starts at the file's mean when the runner
+//! starts or is reset. Why: what a band carries steadily (a steady noise, a microphone's or
+//! a room's colouring, a voice's own spectral shape) then never reaches the network, as
+//! cepstral mean normalisation and PCEN do in speech recognisers. Round 22's network, the
+//! bundled word's third in round 10's place, made the word hear 25 more of the 576 held-out
+//! phrases in steady noise and none fewer in any other room (BENCHMARKS.md, "Round 22").
 
 use std::sync::Arc;
 
@@ -117,6 +127,12 @@ struct Header {
     /// How the arrays are stored.
     #[serde(default)]
     dtype: Dtype,
+    /// The weight per frame of a running mean the network's input is normalised by
+    /// instead of `mean` (which starts it): each band less its exponential average, so a
+    /// colour a band carries steadily (a microphone's, a room's, a voice's) does not reach
+    /// the network. None: the fixed mean.
+    #[serde(default)]
+    running_mean: Option<f32>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
@@ -271,6 +287,7 @@ struct Network {
     channels: usize,
     mean: Vec<f32>,
     std: Vec<f32>,
+    running_mean: Option<f32>,
     /// [3][n_mels][channels]: oldest frame first.
     w0: Vec<f32>,
     b0: Vec<f32>,
@@ -440,6 +457,11 @@ fn parse_network(bytes: &[u8]) -> Result<Parsed<'_>, String> {
     if let Some(a) = &h.agreement {
         a.check()?;
     }
+    if let Some(a) = h.running_mean
+        && !(a > 0.0 && a <= 1.0)
+    {
+        return Err(format!("running_mean {a} is not in (0, 1]"));
+    }
     let (c, m) = (h.channels, h.n_mels);
     let mut expected: Vec<(String, Vec<usize>)> = vec![
         ("mean".into(), vec![m]),
@@ -515,6 +537,7 @@ fn parse_network(bytes: &[u8]) -> Result<Parsed<'_>, String> {
             channels: c,
             mean: take("mean"),
             std,
+            running_mean: h.running_mean,
             w0: take("w0"),
             b0: take("b0"),
             blocks,
@@ -647,6 +670,8 @@ struct NetState {
     hidden: Vec<History>,
     /// The current frame normalised with the network's statistics.
     normalised: Vec<f32>,
+    /// Each band's running mean (networks normalised by one).
+    average: Vec<f32>,
     column: Vec<f32>,
     next: Vec<f32>,
     mixed: Vec<f32>,
@@ -736,7 +761,8 @@ impl Runner {
     pub(super) fn reset(&mut self, position: u64) {
         self.audio.clear();
         self.audio_at = position;
-        for net in &mut self.nets {
+        for (net, network) in self.nets.iter_mut().zip(&self.model.networks) {
+            net.average.clone_from(&network.mean);
             net.input.clear();
             for h in &mut net.hidden {
                 h.clear();
@@ -955,6 +981,7 @@ impl NetState {
                 .map(|b| History::new(c, 2 * b.dilation + 1))
                 .collect(),
             normalised: vec![0.0; n_mels],
+            average: network.mean.clone(),
             column: vec![0.0; c],
             next: vec![0.0; c],
             mixed: vec![0.0; c],
@@ -980,8 +1007,18 @@ impl NetState {
 
     /// Runs the current frame's features through the network; returns its logit.
     fn frame(&mut self, m: &Network, log_mel: &[f32]) -> f32 {
-        for (k, &v) in log_mel.iter().enumerate() {
-            self.normalised[k] = (v - m.mean[k]) / m.std[k];
+        match m.running_mean {
+            None => {
+                for (k, &v) in log_mel.iter().enumerate() {
+                    self.normalised[k] = (v - m.mean[k]) / m.std[k];
+                }
+            }
+            Some(weight) => {
+                for (k, &v) in log_mel.iter().enumerate() {
+                    self.average[k] += weight * (v - self.average[k]);
+                    self.normalised[k] = (v - self.average[k]) / m.std[k];
+                }
+            }
         }
         self.input.push(&self.normalised);
         let c = m.channels;

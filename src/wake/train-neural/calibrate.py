@@ -29,6 +29,8 @@ Usage: calibrate.py OUT.wake CHECK MODEL.wake [MODEL.wake ...]
        calibrate.py --network K WORD.wake OUT.wake (a word's K-th network alone, K = 1 the
          main one, stored as in the word: what a round fine-tunes or mines with)
        calibrate.py --measure MODEL.wake ... (measures now; a later run reuses it)
+       calibrate.py --check WORD.wake CHECK (the exactness check of every network of a
+         finished word, each alone: tests/wake.rs runs each and compares)
        calibrate.py --gaps MODEL.wake (what a calibrated word's points cost and hear when
          runs go on through short dips, as they do over the echo canceller's output)
        calibrate.py --fusion WORD.wake (what the word's networks would hear at the medium
@@ -148,7 +150,7 @@ def write_model(path, h, arrays, companion=b""):
 
 def logits(h, a, feats):
     """The network over whole feature sequences [T, n_mels] (valid convolutions)."""
-    x = (feats - a["mean"]) / a["std"]
+    x = common.normalise(feats, a["mean"], a["std"], h.get("running_mean"))
     w0 = a["w0"]
     y = x[:-2] @ w0[0] + x[1:-1] @ w0[1] + x[2:] @ w0[2] + a["b0"]
     y = np.maximum(y, 0)
@@ -257,9 +259,10 @@ DEV_ROOMS = ("quiet", "reverb", "noise10", "babble5")
 
 def network_scores(h, a):
     """The cache key of the network (header h, arrays a) on this dev set, and its dev
-    scores. The key is the network's weights (as stored), its dilations and the dev files
-    measured: not the rest of its header (points, rules, the word it is in), so a network
-    scored once as a candidate keeps its scores in every word it is then kept in."""
+    scores. The key is the network's weights (as stored), its dilations, its running mean's
+    weight if it has one, and the dev files measured: not the rest of its header (points,
+    rules, the word it is in), so a network scored once as a candidate keeps its scores in
+    every word it is then kept in."""
     dev = os.path.join(CACHE, "eval-dev")
     for d in DEV_NEGATIVES:
         # Checked before the cache key: a missing set would key the scores of the others.
@@ -269,8 +272,10 @@ def network_scores(h, a):
                      "\"voices\"")
     dev_files = sorted(p for d in DEV_ROOMS + tuple(DEV_NEGATIVES)
                        for p in wavs_in(os.path.join(dev, d)))
+    # A running mean's weight keys the scores too (absent, the keys of before it).
+    running = {"running_mean": h["running_mean"]} if "running_mean" in h else {}
     b = model_bytes({"dilations": h["dilations"], "dtype": h.get("dtype", "f32"),
-                     "arrays": h["arrays"]}, a)
+                     "arrays": h["arrays"], **running}, a)
     key = hashlib.sha1(b + repr(dev_files).encode()).hexdigest()[:16]
     return key, _cached(key, "scores", lambda: dev_scores(h, a))
 
@@ -732,7 +737,7 @@ def take(kind, n, src, dst):
 # Each mode's number of arguments, the mode included: at least, and at most (None: any).
 ARGS = {"--first": (4, 4), "--network": (4, 4), "--companion": (4, None),
         "--another": (4, None), "--half": (3, 3), "--gaps": (2, 2), "--fusion": (2, 2),
-        "--measure": (2, None)}
+        "--measure": (2, None), "--check": (3, 3)}
 
 
 def main():
@@ -750,6 +755,10 @@ def main():
         return
     if mode == "--half":
         half(args[1], args[2])
+        return
+    if mode == "--check":
+        nets = read_word(args[1])
+        export_check(*nets[0], args[2], nets[1:])
         return
     if mode == "--gaps":
         gaps(args[1])
@@ -807,8 +816,9 @@ def main():
     export_check(h, a, check)
 
 
-def export_check(h, a, out):
-    """The exactness check: a held-out clip, its features and logits."""
+def export_check(h, a, out, companions=()):
+    """The exactness check: a held-out clip, its features and the logits of the word's
+    main network (h, a) and of each of its `companions` (header, arrays), each alone."""
     shrink = 2 + 2 * sum(h["dilations"])
     check = sorted(glob.glob(os.path.join(CACHE, "eval", "quiet", "festival_*_03.wav")))
     if check:
@@ -819,7 +829,9 @@ def export_check(h, a, out):
         f = common.features(xf)
         lg = logits(h, a, f)
         json.dump({"clip": os.path.basename(check[0]), "features": f.astype(np.float64).round(3).tolist(),
-                   "first_logit_frame": shrink, "logits": lg.astype(np.float64).round(4).tolist()},
+                   "first_logit_frame": shrink, "logits": lg.astype(np.float64).round(4).tolist(),
+                   "companion_logits": [logits(ch, ca, f).astype(np.float64).round(4).tolist()
+                                        for ch, ca in companions]},
                   open(out + ".json", "w"), separators=(",", ":"))
         print(f"wrote {out}.wav/.json: {len(f)} frames, max logit {lg.max():.3f}")
 

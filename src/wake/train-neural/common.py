@@ -79,6 +79,22 @@ def features(x):
     return np.log(mel + np.float32(LOG_EPS)).astype(np.float32)
 
 
+def normalise(feats, mean, std, running=None):
+    """Log-mel frames [..., frames, NMELS] as a network hears them: less its mean, over its
+    std. With `running` (a header's `running_mean`, round 22 on) the mean subtracted is each
+    band's exponential average up to and including the frame (`running` its weight per
+    frame), started at the file's mean: what a band carries steadily (a microphone's or a
+    room's colouring, a voice's own spectral shape) is taken away, as cepstral mean
+    normalisation and PCEN do. src/wake/neural.rs runs the same recursion frame by frame."""
+    if running is None:
+        return (feats - mean) / std
+    from scipy.signal import lfilter
+    a = float(running)
+    zi = np.broadcast_to((1 - a) * mean, feats.shape[:-2] + (1, NMELS))
+    avg, _ = lfilter([a], [1.0, a - 1.0], feats, axis=-2, zi=zi)
+    return ((feats - avg) / std).astype(np.float32)
+
+
 # ---------------------------------------------------------------- voices and splits
 
 # espeak-ng's English voices and, speaking English with their own accent, voices of

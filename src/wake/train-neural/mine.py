@@ -56,12 +56,12 @@ def main():
     if len(sys.argv) > 2:
         import calibrate
         rnd = int(sys.argv[1])
-        _, p = calibrate.read_model(sys.argv[2])
-        mean, std = p["mean"], p["std"]
+        h, p = calibrate.read_model(sys.argv[2])
+        mean, std, running = p["mean"], p["std"], h.get("running_mean")
         prefix = f"mine{rnd}"
     else:
         rnd, p = 1, params()
-        mean, std = norm()
+        (mean, std), running = norm(), None
         prefix = "mine"
     # Paragraphs under 500 of the training voices made training clips; the made-up
     # speakers' paragraphs made none a mined round trains with.
@@ -85,7 +85,7 @@ def main():
         if rnd == MADE and (g // GROUP) % 2:
             x = gen.over_music(x, rng)
         f = common.features(x)
-        xn = (f - mean) / std
+        xn = common.normalise(f, mean, std, running)
         s = forward(p, xn)  # s[j] belongs to feature frame j + SHRINK
         keep = []
         j = 0

@@ -212,6 +212,12 @@
 #   train.py        7 min   (WAKE_ROUND=21, WAKE_CHANNELS=64) 2 epochs over 161,484 clips,
 #                           199 and 184 s
 #   calibrate.py --first 2, --another twice  7 min  on the 40 dev hours
+# Round 22, bundled (2026-12-04, night, idle machine; this script's last block):
+#   train.py       18 min   (WAKE_ROUND=22) 4 epochs over 161,484 clips, 249-284 s each
+#   calibrate.py --half x4, --first 2, --another twice  13 min  on the 40 dev hours (12 min
+#                           for the third network's choice, 29 s for the fourth's)
+#   before them gen.py made and wide (~10 min), the 40 dev hours (~3 min) and mine.py 10
+#                           (~3 min), as rounds 18-20 measured them
 # The dev and held-out negatives crossed (2026-12-03, night, idle machine; measured only:
 # BENCHMARKS.md, "The dev and held-out hours crossed"):
 #   gen.py eval-cross  5.9 min  20 h of held-out voices reading dev text, 20 h of every dev
@@ -221,8 +227,8 @@
 #   stop.py eval   ~2 min   10 h of held-out voices reading held-out text without "stop"
 # In this script round 5 fine-tunes the run's own round 3 with its own mining, and rounds
 # 10 and 12 run too (the third and fourth networks).
-# About 8 h in all (rounds 6-8 about 1 h 20 min, round 12 about 22 min), and the stop word
-# ~40 min more.
+# About 9 h in all (rounds 6-8 about 1 h 20 min, round 12 about 22 min, round 22 about 50
+# min), and the stop word ~40 min more.
 # Everything is cached under $WAKE_CACHE (default ~/.cache/strawberry/wake/neural; the
 # stop word's under $STOP_CACHE);
 # a rerun skips what exists, and training resumes from its last finished epoch
@@ -319,6 +325,30 @@ for m in "$cache"/train/hey_strawberry-c128-r3-e*.wake "$cache"/train/hey_strawb
   wide+=("$cache/half/$(basename "$m")")
 done
 nice -n 19 python3 calibrate.py --another "$word" "$cache/pair/three.wake" "${wide[@]}"
+# Round 22 (BENCHMARKS.md, "Round 22"): the third network fine-tuned with a running mean
+# for its input (each band less its average over the last ~0.4 s) on the made-up speakers
+# (gen.py made, wide) and hard negatives mined from their speech with the main network
+# (mine.py 10); then the word's third and fourth networks chosen again on 40 dev hours.
+WAKE_MADE_PARAS=900 nice -n 19 python3 gen.py made
+nice -n 19 python3 gen.py wide
+WAKE_DEV_NEG_HOURS=20 nice -n 19 python3 gen.py eval-dev
+WAKE_DEV_VOICE_HOURS=20 nice -n 19 python3 gen.py eval-dev-voices
+for k in 1 3 4; do
+  nice -n 19 python3 calibrate.py --network $k "$word" "$cache/half/n$k.wake"
+done
+WAKE_CHANNELS=128 nice -n 19 python3 mine.py 10 "$cache/half/n1.wake"
+WAKE_ROUND=22 WAKE_FROM="$cache/half/n3.wake" nice -n 19 python3 train.py
+r22=()
+for e in 1 2 3 4; do
+  nice -n 19 python3 calibrate.py --half "$cache/train/hey_strawberry-c64-r22-e$e.wake" \
+    "$cache/half/r22-e$e.wake"
+  r22+=("$cache/half/r22-e$e.wake")
+done
+nice -n 19 python3 calibrate.py --first 2 "$word" "$cache/pair/two.wake"
+nice -n 19 python3 calibrate.py --another "$cache/pair/three22.wake" "$cache/pair/two.wake" \
+  "$cache/half/n3.wake" "${r22[@]}"
+nice -n 19 python3 calibrate.py --another "$word" "$cache/pair/three22.wake" "$cache/half/n4.wake"
+nice -n 19 python3 calibrate.py --check "$word" "$repo/tests/wake/neural-check"
 unset WAKE_DEV_NEGATIVES
 # The stop word the daemon runs over a ringing timer (stop.py's header: ~40 min).
 export STOP_CACHE=${STOP_CACHE:-$HOME/.cache/strawberry/wake/stop}
