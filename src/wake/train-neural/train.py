@@ -484,10 +484,10 @@ def main():
         for s in range(steps):
             idx = np.sort(order[s * BATCH:(s + 1) * BATCH])
             c0 = int(rng.integers(20, X.shape[1] - CROP + 1))
-            if RUNNING is None:
-                xb = (X[idx, c0:c0 + CROP].astype(np.float32) - mean) / std
-            else:  # the running mean from the clip's start, as a stream's has run before
-                xb = common.normalise(X[idx].astype(np.float32), mean, std, RUNNING)[:, c0:c0 + CROP]
+            # A running mean runs from the clip's start, as a stream's has run before the crop.
+            start = c0 if RUNNING is None else 0
+            xb = common.normalise(X[idx, start:c0 + CROP].astype(np.float32), mean, std,
+                                  RUNNING)[:, c0 - start:]
             xb = augment(xb, rng, (mean, std) if ROUND in ("12", "15", "16", "20") else None)
             k += 1
             p, m, v, loss = step(p, m, v, k, jnp.asarray(xb), jnp.asarray(T[idx, c0:c0 + CROP - SHRINK]), lr)
