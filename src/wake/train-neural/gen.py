@@ -844,6 +844,47 @@ def stage_tempo(workers, split):
         list(pool.imap_unordered(sox_file_job, jobs, chunksize=16))
 
 
+# Across the room with the TV on: the reverberant room's phrases (RT60 0.7 s) with a TV in
+# the same room, a stretch of one of the split's first six TV files (its voices reading its
+# text over music; the same six whatever WAKE_NEG_HOURS asks) through a room of its own, 10 and 5 dB under the phrase (both levels as
+# rms_active measures speech). A random generator per phrase, so a rerun writes the same
+# files. calibrate.py does not read these; wake_eval counts them as it counts the other
+# rooms (BENCHMARKS.md, "Across the room with the TV on").
+TV_ROOMS = {"tv10": 10, "tv5": 5}
+
+
+def tv_job(job):
+    src, index, tvs = job
+    root = os.path.dirname(os.path.dirname(src))
+    name = os.path.basename(src)
+    out = {c: os.path.join(root, c, name) for c in TV_ROOMS}
+    if all(os.path.exists(p) for p in out.values()):
+        return
+    rng = np.random.default_rng(88_000 + index)
+    x = read_wav(src)
+    tv = read_wav(tvs[int(rng.integers(len(tvs)))])
+    start = int(rng.integers(0, len(tv) - len(x)))
+    b = fftconvolve(tv[start:start + len(x)], room_ir(rng))[: len(x)].astype(np.float32)
+    for c, db in TV_ROOMS.items():
+        y = x + b * rms_active(x) / rms_active(b) / 10 ** (db / 20)
+        write_wav(out[c], y / (np.abs(y).max() + 1e-9) * 0.5)
+        shutil.copyfile(src[:-4] + ".txt", out[c][:-4] + ".txt")
+
+
+def stage_tv(workers, split):
+    """eval(-dev)/tv10/ and tv5/: the reverberant phrases with the split's TV files under them."""
+    root = os.path.join(CACHE, "eval" if split == "test" else "eval-dev")
+    tvs = sorted(p for p in glob.glob(os.path.join(root, "negative", "tv-*.wav"))
+                 if not p.endswith(".tmp.wav"))[:6]
+    phrases = sorted(p for p in glob.glob(os.path.join(root, "reverb", "*.wav"))
+                     if not p.endswith(".tmp.wav"))
+    if phrases and not tvs:
+        sys.exit(f"{root}: reverberant phrases but no TV files (negative/tv-*.wav) to put under "
+                 f"them: run `gen.py {'eval-test' if split == 'test' else 'eval-dev'}` first")
+    with Pool(workers) as pool:
+        list(pool.imap_unordered(tv_job, [(p, i, tvs) for i, p in enumerate(phrases)], chunksize=16))
+
+
 # The test set's first negatives (2.83 h): speech, speech over music, noise alone.
 FIRST_NEG = {"speech": 24, "tv": 6, "noise": 4}
 _SENTS = {}
@@ -992,6 +1033,7 @@ def stage_eval(workers, split="test"):
             jobs.append((kind, i, voices[i % len(voices)], None, split))
         with Pool(workers) as pool:
             list(pool.imap_unordered(eval_job, jobs))
+        stage_tv(workers, split)
         return
     voices = test_voices()
     for vi, voice in enumerate(voices):
@@ -1033,6 +1075,7 @@ def stage_eval(workers, split="test"):
         for n, _ in enumerate(pool.imap_unordered(eval_job, jobs)):
             if n % 50 == 0:
                 print(f"eval {n}/{len(jobs)}", flush=True)
+    stage_tv(workers, split)
 
 
 if __name__ == "__main__":
@@ -1042,7 +1085,7 @@ if __name__ == "__main__":
     # them in order.
     stages = ("all", "tts", "feat", "noisy", "babble", "accent", "dry", "accent-babble",
               "made", "wide", "eval", "eval-dev", "eval-dev-voices", "eval-pitched",
-              "eval-coloured", "eval-tempo", "eval-indic", "eval-test", "eval-cross")
+              "eval-coloured", "eval-tempo", "eval-tv", "eval-indic", "eval-test", "eval-cross")
     common.usage(f"{__doc__}\n\nUsage: gen.py [STAGE] (default all), STAGE one of "
                  f"{', '.join(stages)}; run.sh runs them in order.",
                  stage in stages + ("harvest",) and len(sys.argv) <= (3 if stage == "harvest" else 2))
@@ -1096,6 +1139,10 @@ if __name__ == "__main__":
     if stage == "eval-tempo":
         stage_tempo(workers, "dev")
         stage_tempo(workers, "test")
+    # Part of eval-dev and eval-test since 2026-12-05; alone, for sets written before.
+    if stage == "eval-tv":
+        stage_tv(workers, "dev")
+        stage_tv(workers, "test")
     # Not part of "all": festival's Hindi, Marathi and Telugu voices, held out.
     if stage == "eval-indic":
         stage_indic(workers)

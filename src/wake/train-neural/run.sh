@@ -222,6 +222,9 @@
 # BENCHMARKS.md, "The dev and held-out hours crossed"):
 #   gen.py eval-cross  5.9 min  20 h of held-out voices reading dev text, 20 h of every dev
 #                           voice reading held-out text
+# Across the room with the TV on (2026-12-04, night, idle machine; measured only:
+# BENCHMARKS.md, "Across the room with the TV on"; part of gen.py eval and eval-test since):
+#   gen.py eval-tv     7 s   the reverberant test phrases with a TV 10 and 5 dB under them
 # False stops (2026-12-03, night, idle machine; measured only: BENCHMARKS.md, "False stops on
 # held-out speech that never says "stop""):
 #   stop.py eval   ~2 min   10 h of held-out voices reading held-out text without "stop"
