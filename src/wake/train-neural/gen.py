@@ -846,10 +846,10 @@ def stage_tempo(workers, split):
 
 # Across the room with the TV on: the reverberant room's phrases (RT60 0.7 s) with a TV in
 # the same room, a stretch of one of the split's first six TV files (its voices reading its
-# text over music; the same six whatever WAKE_NEG_HOURS asks) through a room of its own, 10 and 5 dB under the phrase (both levels as
-# rms_active measures speech). A random generator per phrase, so a rerun writes the same
-# files. calibrate.py does not read these; wake_eval counts them as it counts the other
-# rooms (BENCHMARKS.md, "Across the room with the TV on").
+# text over music; the same six whatever WAKE_NEG_HOURS asks) through a room of its own, 10
+# and 5 dB under the phrase (both levels as rms_active measures speech). A random generator
+# per phrase, so a rerun writes the same files. calibrate.py does not read these; wake_eval
+# counts them as it counts the other rooms (BENCHMARKS.md, "Across the room with the TV on").
 TV_ROOMS = {"tv10": 10, "tv5": 5}
 
 
@@ -1139,7 +1139,7 @@ if __name__ == "__main__":
     if stage == "eval-tempo":
         stage_tempo(workers, "dev")
         stage_tempo(workers, "test")
-    # Part of eval-dev and eval-test since 2026-12-05; alone, for sets written before.
+    # Part of eval-dev and eval-test since 2026-12-04; alone, for sets written before.
     if stage == "eval-tv":
         stage_tv(workers, "dev")
         stage_tv(workers, "test")
