@@ -715,9 +715,9 @@ def stage_indic(workers):
             raise SystemExit(f"festival's {v} voice not found: apt-get install festvox-hi-nsk "
                              "festvox-mr-nsk festvox-te-nsk")
         if not os.path.exists(indic_sample(v)):
-            raise SystemExit(f"{indic_sample(v)} not found: it comes with festival-{INDIC_LANG[lang]} "
-                             "(festvox-*-nsk installs it); where dpkg leaves out /usr/share/doc, "
-                             "reinstall it with that path allowed")
+            raise SystemExit(f"{indic_sample(v)} not found: apt-get install festival-{INDIC_LANG[lang]} "
+                             "(festvox-*-nsk only recommends it); where dpkg leaves out "
+                             "/usr/share/doc, reinstall it with that path allowed")
     jobs, k = [], 0
     for v, cmds in texts.INDIC_COMMANDS.items():
         for cents in (0, -300, 300):

@@ -11,7 +11,8 @@
 # on) festvox-suopuhe-lj festvox-suopuhe-mv festvox-italp16k festvox-itapc16k
 # festvox-czech-machac, and for round 6's extra voices festvox-czech-dita
 # festvox-czech-krb festvox-czech-ph festvox-ca-ona-hts, for the held-out Indian speaker
-# festvox-hi-nsk festvox-mr-nsk festvox-te-nsk; (PyPI) numpy scipy jax
+# festvox-hi-nsk festvox-mr-nsk festvox-te-nsk festival-hi festival-mr festival-te;
+# (PyPI) numpy scipy jax
 # (jax 0.10 with its CPU jaxlib: ~100 MB, installs in a minute; PyPI's torch wheel
 # pulls gigabytes of CUDA libraries, so it is not used). Nothing else is downloaded.
 #
@@ -218,6 +219,15 @@
 #                           for the third network's choice, 29 s for the fourth's)
 #   before them gen.py made and wide (~10 min), the 40 dev hours (~3 min) and mine.py 10
 #                           (~3 min), as rounds 18-20 measured them
+# Round 23, bundled (2026-12-05, from nothing on a fresh cache, idle machine, not niced; this
+# script's last block):
+#   gen.py tts 1.6 min, feat 8.8 min, noisy and babble 4.4 min, accent 4.2 min, dry 1 min,
+#                           made 3.1 min, wide 2.9 min, the 40 dev hours 5.1 min
+#   mine.py 10    2.9 min   1,374 hard stretches (as round 22's)
+#   train.py       36 min   (WAKE_ROUND=23 WAKE_CHANNELS=128) 3 epochs over 161,484 clips,
+#                           773, 807 and 564 s, the first two beside dev measurements
+#   calibrate.py --half x3, --another  10.7 min  on the 40 dev hours, the four networks' dev
+#                           scores cached before (calibrate.py --measure, beside training)
 # The dev and held-out negatives crossed (2026-12-03, night, idle machine; measured only:
 # BENCHMARKS.md, "The dev and held-out hours crossed"):
 #   gen.py eval-cross  5.9 min  20 h of held-out voices reading dev text, 20 h of every dev
@@ -230,8 +240,8 @@
 #   stop.py eval   ~2 min   10 h of held-out voices reading held-out text without "stop"
 # In this script round 5 fine-tunes the run's own round 3 with its own mining, and rounds
 # 10 and 12 run too (the third and fourth networks).
-# About 9 h in all (rounds 6-8 about 1 h 20 min, round 12 about 22 min, round 22 about 50
-# min), and the stop word ~40 min more.
+# About 10 h in all (rounds 6-8 about 1 h 20 min, round 12 about 22 min, rounds 22 and 23
+# about 50 min each), and the stop word ~40 min more.
 # Everything is cached under $WAKE_CACHE (default ~/.cache/strawberry/wake/neural; the
 # stop word's under $STOP_CACHE);
 # a rerun skips what exists, and training resumes from its last finished epoch
@@ -350,7 +360,18 @@ done
 nice -n 19 python3 calibrate.py --first 2 "$word" "$cache/pair/two.wake"
 nice -n 19 python3 calibrate.py --another "$cache/pair/three22.wake" "$cache/pair/two.wake" \
   "$cache/half/n3.wake" "${r22[@]}"
-nice -n 19 python3 calibrate.py --another "$word" "$cache/pair/three22.wake" "$cache/half/n4.wake"
+# Round 23 (BENCHMARKS.md, "Round 23"): the fourth network (round 12's) fine-tuned with the
+# same running mean on the same sets, with round 12's vocal tract warps; then the fourth
+# network chosen again among round 12's and round 23's epochs on the 40 dev hours.
+WAKE_ROUND=23 WAKE_CHANNELS=128 WAKE_FROM="$cache/half/n4.wake" nice -n 19 python3 train.py
+r23=()
+for e in 1 2 3; do
+  nice -n 19 python3 calibrate.py --half "$cache/train/hey_strawberry-c128-r23-e$e.wake" \
+    "$cache/half/r23-e$e.wake"
+  r23+=("$cache/half/r23-e$e.wake")
+done
+nice -n 19 python3 calibrate.py --another "$word" "$cache/pair/three22.wake" "$cache/half/n4.wake" \
+  "${r23[@]}"
 nice -n 19 python3 calibrate.py --check "$word" "$repo/tests/wake/neural-check"
 unset WAKE_DEV_NEGATIVES
 # The stop word the daemon runs over a ringing timer (stop.py's header: ~40 min).
